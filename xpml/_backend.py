@@ -1,0 +1,426 @@
+"""The backend switch: where an experiment computes and what it hands back.
+
+Every algorithm in xpml is written once against the array API standard. This
+module decides, for each public call, which array library does the work:
+
+* with no backend set, the library of the inputs (all inputs must come from one
+  library, otherwise a ``TypeError`` names them);
+* under ``set_backend(name)``, a ``with backend(name):`` block, or the
+  ``XPML_BACKEND`` / ``XPML_DEVICE`` environment variables, inputs from any
+  library are moved to that backend first.
+
+Results come back in the caller's library (``output="input"``, the default) or
+stay on the backend (``output="backend"``).
+
+Only this module, the save/load code and the tests convert between libraries;
+algorithm code receives arrays that already share one namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import importlib
+import os
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "backend",
+    "get_backend",
+    "set_backend",
+    "Context",
+    "enter",
+    "to_numpy",
+    "move",
+    "library_name",
+    "float_dtype",
+]
+
+# name -> (module to import, extra that installs it)
+BACKENDS = {
+    "numpy": ("numpy", None),
+    "cupy": ("cupy", "cuda12"),
+    "torch": ("torch", "torch"),
+    "array_api_strict": ("array_api_strict", "test"),
+}
+_OUTPUTS = ("input", "backend")
+_DTYPES = (None, "float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """The active backend: a library name, a device, a dtype and an output rule.
+
+    ``name`` is None when no backend was chosen: computations then follow the
+    library of their inputs.
+    """
+
+    name: str | None = None
+    device: Any = None
+    dtype: str | None = None
+    output: str = "input"
+
+    @property
+    def xp(self):
+        """The array namespace of this backend (array-api-compat wrapped)."""
+        if self.name is None:
+            return None
+        return _namespace(self.name)
+
+    def __repr__(self):
+        return (
+            f"Backend(name={self.name!r}, device={self.device!r}, "
+            f"dtype={self.dtype!r}, output={self.output!r})"
+        )
+
+
+def _import_backend(name):
+    if name not in BACKENDS:
+        allowed = ", ".join(repr(b) for b in BACKENDS)
+        raise ValueError(f"unknown backend {name!r}; allowed backends are {allowed}")
+    module, extra = BACKENDS[name]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        hint = f"pip install 'xpml[{extra}]'" if extra else f"pip install {module}"
+        raise ImportError(
+            f"backend {name!r} needs the {module!r} library, which is not installed "
+            f"or failed to import ({exc}); install it with: {hint}"
+        ) from exc
+
+
+def _namespace(name):
+    mod = _import_backend(name)
+    if name == "array_api_strict":
+        return mod
+    if name == "numpy":
+        return array_api_compat.array_namespace(np.empty(0))
+    if name == "torch":
+        return array_api_compat.array_namespace(mod.empty(0))
+    return array_api_compat.array_namespace(mod.empty(0))
+
+
+def _resolve_device(name, device):
+    """Turn a user's device spelling into the backend's device object."""
+    if device is None:
+        return None
+    if name == "torch":
+        import torch
+
+        return torch.device(device)
+    if name == "cupy":
+        import cupy
+
+        if isinstance(device, str):
+            device = int(device.split(":")[-1]) if ":" in device else 0
+        return cupy.cuda.Device(int(device)) if isinstance(device, int) else device
+    if name == "array_api_strict":
+        import array_api_strict
+
+        if isinstance(device, str):
+            return array_api_strict.Device(device)
+        return device
+    if name == "numpy":
+        if device not in ("cpu", None):
+            raise ValueError(f"backend 'numpy' has only the device 'cpu'; got {device!r}")
+        return "cpu"
+    return device
+
+
+def _make(name, device=None, dtype=None, output="input"):
+    if output not in _OUTPUTS:
+        raise ValueError(f"output must be one of {_OUTPUTS}; got {output!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}; got {dtype!r}")
+    if name is None:
+        if device is not None:
+            raise ValueError("a device needs a backend name")
+        return Backend(None, None, dtype, output)
+    _import_backend(name)
+    return Backend(name, _resolve_device(name, device), dtype, output)
+
+
+def _from_environment():
+    name = os.environ.get("XPML_BACKEND") or None
+    device = os.environ.get("XPML_DEVICE") or None
+    if name is None and device is None:
+        return Backend()
+    return _make(name or "numpy", device)
+
+
+_state: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
+    "xpml_backend", default=None
+)
+_global: list[Backend | None] = [None]  # lazily read from the environment
+
+
+def get_backend() -> Backend:
+    """Return the active :class:`Backend` (``name=None`` when inputs decide)."""
+    local = _state.get()
+    if local is not None:
+        return local
+    if _global[0] is None:
+        _global[0] = _from_environment()
+    return _global[0]
+
+
+def set_backend(name=None, device=None, dtype=None, output="input") -> Backend:
+    """Choose the backend for everything that follows.
+
+    Parameters
+    ----------
+    name : {"numpy", "cupy", "torch", "array_api_strict"} or None
+        The array library to compute with. None follows the inputs' library.
+    device : str or device, optional
+        E.g. ``"cuda"``, ``"cuda:1"`` or ``"cpu"`` for torch, ``0`` for cupy.
+    dtype : {"float64", "float32"} or None
+        Floating dtype for computations. None keeps float32 inputs float32 and
+        computes everything else in float64 where the device has it.
+    output : {"input", "backend"}
+        Return results (and fitted attributes) in the caller's library, or
+        leave them on the backend.
+
+    Returns
+    -------
+    Backend
+        The new active backend.
+
+    Examples
+    --------
+    >>> import xpml
+    >>> xpml.set_backend("numpy").name
+    'numpy'
+    >>> xpml.set_backend(None).name is None
+    True
+    """
+    new = _make(name, device, dtype, output)
+    _global[0] = new
+    _state.set(None)
+    return new
+
+
+@contextlib.contextmanager
+def backend(name=None, device=None, dtype=None, output="input"):
+    """Context manager form of :func:`set_backend`, restored on exit.
+
+    Examples
+    --------
+    >>> import xpml
+    >>> with xpml.backend("numpy", dtype="float32") as b:
+    ...     b.dtype
+    'float32'
+    """
+    token = _state.set(_make(name, device, dtype, output))
+    try:
+        yield _state.get()
+    finally:
+        _state.reset(token)
+
+
+# ----------------------------------------------------------------- conversions
+def library_name(x) -> str:
+    """Short name of the library an array comes from."""
+    if array_api_compat.is_numpy_array(x):
+        return "numpy"
+    if array_api_compat.is_torch_array(x):
+        return "torch"
+    if array_api_compat.is_cupy_array(x):
+        return "cupy"
+    mod = type(x).__module__.split(".")[0]
+    return mod
+
+
+def to_numpy(x) -> np.ndarray:
+    """Copy-free where possible conversion of any supported array to NumPy."""
+    if isinstance(x, np.ndarray):
+        return x
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    if array_api_compat.is_cupy_array(x):
+        return x.get()
+    if library_name(x) == "array_api_strict":
+        import array_api_strict
+
+        cpu = array_api_strict.Device("CPU_DEVICE")
+        if x.device != cpu:
+            x = array_api_strict.asarray(x, device=cpu, copy=True)
+        return np.asarray(x)
+    return np.asarray(x)
+
+
+def move(x, xp, device=None):
+    """Return ``x`` as an array of namespace ``xp`` on ``device`` (no copy when
+    it is there already)."""
+    if x is None:
+        return None
+    if _is_namespace(x, xp) and (device is None or _same_device(x, device)):
+        return x
+    name = _namespace_name(xp)
+    if name == "torch" and array_api_compat.is_torch_array(x):
+        return x.to(device) if device is not None else x
+    if name == "cupy" and array_api_compat.is_cupy_array(x):
+        return x
+    host = to_numpy(x)
+    if name == "torch" and not host.flags.writeable:
+        host = host.copy()  # torch warns on non-writable buffers
+    kwargs = {} if device is None else {"device": device}
+    if name == "numpy":
+        return host
+    return xp.asarray(host, **kwargs)
+
+
+def _namespace_name(xp):
+    n = xp.__name__
+    for key in ("torch", "cupy", "array_api_strict", "numpy"):
+        if key in n:
+            return key
+    return n
+
+
+def _is_namespace(x, xp):
+    try:
+        return array_api_compat.array_namespace(x) is xp
+    except TypeError:
+        return False
+
+
+def _same_device(x, device):
+    try:
+        return array_api_compat.device(x) == device
+    except Exception:  # pragma: no cover - exotic arrays
+        return False
+
+
+def float_dtype(xp, device=None, requested=None, like=None):
+    """The floating dtype to compute in.
+
+    ``requested`` ("float32"/"float64") wins; otherwise float32 inputs stay
+    float32 and everything else is float64 where the device has it.
+    """
+    if requested == "float32":
+        return xp.float32
+    has64 = _has_float64(xp, device)
+    if requested == "float64":
+        if not has64:
+            raise TypeError("float64 was requested but this device has no float64 support")
+        return xp.float64
+    if like is not None and like == xp.float32:
+        return xp.float32
+    return xp.float64 if has64 else xp.float32
+
+
+def _has_float64(xp, device):
+    try:
+        info = xp.__array_namespace_info__()
+        return "float64" in info.dtypes(device=device, kind="real floating")
+    except Exception:  # pragma: no cover - namespaces without inspection API
+        return True
+
+
+# --------------------------------------------------------------------- context
+def _is_array(x):
+    return array_api_compat.is_array_api_obj(x) and not isinstance(x, (int, float, bool))
+
+
+@dataclasses.dataclass
+class Context:
+    """Where one public call computes (``xp``, ``device``) and where its results go.
+
+    Made by :func:`enter`; algorithm code reads ``ctx.xp`` and ``ctx.device``,
+    moves stored attributes in with ``ctx.take(attr)`` and results out with
+    ``ctx.out(result)``.
+    """
+
+    xp: Any
+    device: Any
+    out_xp: Any
+    out_device: Any
+    dtype: str | None = None
+
+    def take(self, x):
+        """Move a stored array (e.g. a fitted attribute) to the compute namespace."""
+        return move(x, self.xp, self.device)
+
+    def out(self, x):
+        """Move a result to the caller's namespace (identity when they agree)."""
+        if x is None or not _is_array(x):
+            return x
+        if self.out_xp is self.xp:
+            return x
+        return move(x, self.out_xp, self.out_device)
+
+    @property
+    def on_backend(self):
+        return self.out_xp is not self.xp
+
+
+def enter(*arrays, names=None):
+    """Resolve the compute namespace for one public call.
+
+    Parameters
+    ----------
+    *arrays : arrays, array-likes or None
+        The call's array arguments (None entries are ignored). Python lists and
+        other non-array objects count as NumPy.
+    names : sequence of str, optional
+        Argument names, used in the mixed-library error.
+
+    Returns
+    -------
+    ctx : Context
+    arrays : list
+        The arrays moved to the compute namespace (array-likes become NumPy
+        arrays first; None stays None).
+    """
+    names = list(names) if names is not None else [f"argument {i}" for i in range(len(arrays))]
+    libs = {}
+    converted = []
+    for nm, a in zip(names, arrays):
+        if a is None:
+            converted.append(None)
+            continue
+        if type(a).__module__.startswith("scipy.sparse"):
+            raise TypeError(
+                f"{nm} is a sparse matrix; xpml accepts dense arrays only (sparse input is "
+                f"not supported). Convert with .toarray() if it fits in memory."
+            )
+        if not _is_array(a):
+            a = np.asarray(a)
+        libs.setdefault(library_name(a), nm)
+        converted.append(a)
+
+    be = get_backend()
+    input_libs = list(libs)
+    if be.name is None:
+        if len(input_libs) > 1:
+            desc = " and ".join(f"{libs[lib]} is a {lib} array" for lib in input_libs)
+            raise TypeError(
+                f"mixed array libraries: {desc}. Pass arrays from one library, or set a "
+                f"backend (xpml.set_backend('numpy'|'torch'|'cupy'|...)) to convert them."
+            )
+        first = next((a for a in converted if a is not None), None)
+        xp = array_api_compat.array_namespace(first) if first is not None else _namespace("numpy")
+        device = array_api_compat.device(first) if first is not None else None
+        ctx = Context(xp, device, xp, device, be.dtype)
+        return ctx, converted
+
+    xp = be.xp
+    first = next((a for a in converted if a is not None), None)
+    out_xp, out_device = xp, be.device
+    if be.output == "input" and first is not None:
+        out_xp = array_api_compat.array_namespace(first)
+        out_device = array_api_compat.device(first)
+    device = be.device
+    moved = [move(a, xp, device) for a in converted]
+    if device is None:
+        m = next((a for a in moved if a is not None), None)
+        device = array_api_compat.device(m) if m is not None else None
+    if out_xp is xp and be.output == "input":
+        out_device = out_device if out_device is not None else device
+    return Context(xp, device, out_xp, out_device, be.dtype), moved

@@ -1,0 +1,338 @@
+"""The Gram engine: kernel matrices, computed whole or in row blocks.
+
+Kernels (scikit-learn's parameter meanings, ``gamma=None`` means ``1/d``):
+
+============  ==========================================
+linear        ``x·z``
+poly          ``(gamma x·z + coef0)^degree``
+rbf           ``exp(-gamma ‖x−z‖²)``, or ``sigma`` with ``gamma = 1/(2 sigma²)``
+sigmoid       ``tanh(gamma x·z + coef0)``
+laplacian     ``exp(-gamma ‖x−z‖₁)``
+callable      ``f(X_block, Y, xp=xp) -> (b, m)`` written on the array namespace
+============  ==========================================
+
+Squared distances use ``‖x‖² + ‖z‖² − 2 x·z`` (one matrix product), clamped at 0,
+with exact zeros on the diagonal of ``gram(X)``. :func:`gram_blocks` yields row
+blocks whose size follows a memory budget, for consumers that never need the
+whole matrix (SVM columns, k-NN, k-means, prediction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from xpml._backend import enter
+from xpml.utils.validation import check_array
+
+__all__ = [
+    "KERNELS",
+    "gram",
+    "gram_blocks",
+    "block_rows_for",
+    "sq_distances",
+    "resolve_kernel_params",
+    "is_psd",
+    "PSDResult",
+    "poly2_features",
+    "rbf_taylor_features",
+    "DEFAULT_MEMORY_BUDGET",
+]
+
+KERNELS = ("linear", "poly", "polynomial", "rbf", "sigmoid", "laplacian")
+DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes of kernel-block workspace
+
+
+# ------------------------------------------------------------------ primitives
+def sq_norms(X, /, *, xp):
+    """Row-wise squared Euclidean norms."""
+    return xp.sum(X * X, axis=1)
+
+
+def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None):
+    """Squared Euclidean distances ``‖x‖² + ‖z‖² − 2 x·z`` clamped at 0."""
+    xn = sq_norms(X, xp=xp) if X_norms is None else X_norms
+    yn = sq_norms(Y, xp=xp) if Y_norms is None else Y_norms
+    d2 = xn[:, None] + yn[None, :] - 2.0 * (X @ Y.T)
+    return xp.clip(d2, 0.0, None) if hasattr(xp, "clip") else xp.maximum(d2, 0.0)
+
+
+def _l1_distances(X, Y, /, *, xp):
+    return xp.sum(xp.abs(X[:, None, :] - Y[None, :, :]), axis=2)
+
+
+def resolve_kernel_params(kernel, n_features, gamma=None, degree=3, coef0=1.0, sigma=None):
+    """Fill in defaults: ``gamma=None`` means ``1/n_features``; ``sigma`` sets the
+    RBF width as ``gamma = 1/(2 sigma²)``."""
+    if kernel == "polynomial":
+        kernel = "poly"
+    if sigma is not None:
+        if gamma is not None:
+            raise ValueError("give either gamma or sigma for the RBF kernel, not both")
+        if kernel != "rbf":
+            raise ValueError(f"sigma applies to the 'rbf' kernel only; kernel is {kernel!r}")
+        if not sigma > 0:
+            raise ValueError(f"sigma must be > 0; got {sigma!r}")
+        gamma = 1.0 / (2.0 * sigma * sigma)
+    if gamma is None:
+        gamma = 1.0 / max(n_features, 1)
+    if isinstance(kernel, str) and kernel not in KERNELS:
+        raise ValueError(
+            f"unknown kernel {kernel!r}; allowed kernels are {', '.join(map(repr, KERNELS))} "
+            f"or a callable"
+        )
+    return kernel, {"gamma": float(gamma), "degree": degree, "coef0": float(coef0)}
+
+
+def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_norms=None, rows=None):
+    """One block ``K(Xb, Y)``; ``diag_offset`` is the row offset of ``Xb`` in ``Y``
+    when ``Y`` is ``X`` itself (its diagonal distances are set to exact zeros)."""
+    if callable(kernel):
+        return kernel(Xb, Y, xp=xp)
+    if kernel == "linear":
+        return Xb @ Y.T
+    if kernel == "poly":
+        return (p["gamma"] * (Xb @ Y.T) + p["coef0"]) ** p["degree"]
+    if kernel == "sigmoid":
+        return xp.tanh(p["gamma"] * (Xb @ Y.T) + p["coef0"])
+    if kernel == "rbf":
+        d2 = sq_distances(Xb, Y, xp=xp, Y_norms=Y_norms)
+        if diag_offset is not None:
+            d2 = _zero_diagonal(d2, diag_offset, xp=xp)
+        return xp.exp(-p["gamma"] * d2)
+    if kernel == "laplacian":
+        return xp.exp(-p["gamma"] * _l1_distances(Xb, Y, xp=xp))
+    raise ValueError(f"unknown kernel {kernel!r}")
+
+
+def _zero_diagonal(d2, offset, *, xp):
+    b, m = d2.shape
+    dev = getattr(d2, "device", None)
+    rows = xp.arange(offset, offset + b, device=dev)[:, None]
+    cols = xp.arange(m, device=dev)[None, :]
+    return xp.where(rows == cols, xp.zeros((), dtype=d2.dtype, device=dev), d2)
+
+
+def block_rows_for(n_cols, n_features, itemsize, *, kernel="rbf", memory_budget=None,
+                   block_rows=None):
+    """Rows per block so that one block's workspace fits ``memory_budget`` bytes.
+
+    A block of ``b`` rows against ``m`` columns holds about three ``b×m``
+    temporaries (``b×m×d`` for the Laplacian kernel's L1 distances).
+    """
+    if block_rows is not None:
+        if int(block_rows) < 1:
+            raise ValueError(f"block_rows must be a positive int; got {block_rows!r}")
+        return int(block_rows)
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if not budget > 0:
+        raise ValueError(f"memory_budget must be a positive number of bytes; got {budget!r}")
+    per_row = itemsize * max(n_cols, 1) * (3 + (n_features if kernel == "laplacian" else 0))
+    return max(1, int(budget // per_row))
+
+
+def _prepare(X, Y, names=("X", "Y")):
+    ctx, (X, Y) = enter(X, Y, names=names)
+    X = check_array(X, xp=ctx.xp, name=names[0], requested=ctx.dtype)
+    if Y is not None:
+        Y = check_array(Y, xp=ctx.xp, name=names[1], requested=ctx.dtype)
+        if Y.shape[1] != X.shape[1]:
+            raise ValueError(
+                f"{names[1]} has {Y.shape[1]} features but {names[0]} has {X.shape[1]}; "
+                f"they must have the same number of columns"
+            )
+        if Y.dtype != X.dtype:
+            common = ctx.xp.result_type(X.dtype, Y.dtype)
+            X, Y = ctx.xp.astype(X, common), ctx.xp.astype(Y, common)
+    return ctx, X, Y
+
+
+def iter_kernel_blocks(X, Y, kernel, params, *, xp, block_rows, symmetric):
+    """Yield ``(start, stop, K[start:stop])`` over row blocks (arrays already
+    validated and in one namespace). ``symmetric`` means ``Y is X``."""
+    n = X.shape[0]
+    Y_norms = sq_norms(Y, xp=xp) if kernel == "rbf" else None
+    for start in range(0, n, block_rows):
+        stop = min(start + block_rows, n)
+        Kb = _kernel_block(X[start:stop, :], Y, kernel, params, xp=xp,
+                           diag_offset=start if symmetric else None, Y_norms=Y_norms)
+        yield start, stop, Kb
+
+
+def gram_blocks(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None,
+                block_rows=None, memory_budget=None):
+    """Yield ``(start, stop, K_block)`` with ``K_block = K(X[start:stop], Y)``.
+
+    Blocks come in the compute namespace (see :mod:`xpml._backend`); the block
+    size follows ``memory_budget`` (bytes) unless ``block_rows`` is given.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.arange(12.0).reshape(6, 2)
+    >>> [(a, b, K.shape) for a, b, K in gram_blocks(X, kernel="linear", block_rows=4)]
+    [(0, 4, (4, 6)), (4, 6, (2, 6))]
+    """
+    ctx, X, Yv = _prepare(X, Y)
+    symmetric = Y is None
+    Yv = X if symmetric else Yv
+    kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
+    rows = block_rows_for(Yv.shape[0], X.shape[1], _itemsize(X), kernel=kernel,
+                          memory_budget=memory_budget, block_rows=block_rows)
+    yield from iter_kernel_blocks(X, Yv, kernel, p, xp=ctx.xp, block_rows=rows,
+                                  symmetric=symmetric)
+
+
+def _itemsize(X):
+    return 4 if "32" in str(X.dtype) else 8
+
+
+def kernel_matrix(X, Y, kernel, params, *, xp, symmetric=False, block_rows=None,
+                  memory_budget=None):
+    """The whole ``K(X, Y)`` for validated arrays in one namespace, assembled
+    from row blocks when the workspace would exceed the memory budget."""
+    rows = block_rows_for(Y.shape[0], X.shape[1], _itemsize(X), kernel=kernel,
+                          memory_budget=memory_budget, block_rows=block_rows)
+    if rows >= X.shape[0]:
+        return _kernel_block(X, Y, kernel, params, xp=xp, diag_offset=0 if symmetric else None)
+    blocks = [Kb for _, _, Kb in iter_kernel_blocks(X, Y, kernel, params, xp=xp,
+                                                    block_rows=rows, symmetric=symmetric)]
+    return xp.concat(blocks, axis=0)
+
+
+def gram(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None,
+         block_rows=None, memory_budget=None):
+    """Kernel (Gram) matrix ``K[i, j] = k(X[i], Y[j])`` (``Y = X`` when None).
+
+    Parameters
+    ----------
+    X : array (n, d)
+    Y : array (m, d), optional
+    kernel : {"linear", "poly", "rbf", "sigmoid", "laplacian"} or callable
+        A callable gets ``(X_block, Y, xp=xp)`` and returns the block.
+    gamma, degree, coef0 : kernel parameters (scikit-learn's meaning;
+        ``gamma=None`` is ``1/d``).
+    sigma : float, optional
+        RBF width; ``gamma = 1/(2 sigma²)``.
+    block_rows, memory_budget : int, optional
+        Compute in row blocks of this many rows, or sized to this many bytes.
+
+    Returns
+    -------
+    K : array (n, m), in the caller's library.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> np.round(gram(X, kernel="rbf", gamma=1.0), 4)
+    array([[1.    , 0.3679],
+           [0.3679, 1.    ]])
+    """
+    ctx, X, Yv = _prepare(X, Y)
+    symmetric = Y is None
+    Yv = X if symmetric else Yv
+    kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
+    K = kernel_matrix(X, Yv, kernel, p, xp=ctx.xp, symmetric=symmetric,
+                      block_rows=block_rows, memory_budget=memory_budget)
+    return ctx.out(K)
+
+
+# ------------------------------------------------------------------- validity
+@dataclasses.dataclass
+class PSDResult:
+    """Outcome of :func:`is_psd`.
+
+    ``witness`` is a vector ``v`` with ``vᵀKv < 0`` (an eigenvector of the
+    smallest eigenvalue) when the matrix is not PSD, else None.
+    """
+
+    is_psd: bool
+    min_eigenvalue: float
+    witness: object
+    symmetric: bool
+    tol: float
+
+    def __bool__(self):
+        return self.is_psd
+
+
+def is_psd(K, *, tol=None):
+    """Check that a Gram matrix is symmetric positive semi-definite.
+
+    Parameters
+    ----------
+    K : array (n, n)
+    tol : float, optional
+        Eigenvalues above ``-tol`` count as zero. Default
+        ``n · eps · max|λ|``.
+
+    Returns
+    -------
+    PSDResult
+        ``is_psd``, ``min_eigenvalue``, a ``witness`` with ``vᵀKv < 0`` when
+        not PSD, and whether ``K`` was symmetric.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = is_psd(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    >>> r.is_psd, round(r.min_eigenvalue, 6)
+    (False, -1.0)
+    """
+    ctx, (K,) = enter(K, names=("K",))
+    xp = ctx.xp
+    K = check_array(K, xp=xp, name="K", requested=ctx.dtype)
+    n, m = K.shape
+    if n != m:
+        raise ValueError(f"K must be square; got shape {(n, m)}")
+    scale = float(xp.max(xp.abs(K))) if n else 0.0
+    eps = 1.1920929e-07 if K.dtype == xp.float32 else 2.220446049250313e-16
+    asym = float(xp.max(xp.abs(K - K.T))) if n else 0.0
+    symmetric = asym <= 10 * eps * max(scale, 1.0) * max(n, 1)
+    w, V = xp.linalg.eigh((K + K.T) / 2.0)
+    lam = float(w[0])
+    if tol is None:
+        tol = n * eps * max(abs(float(w[-1])), abs(lam), 1e-300)
+    ok = symmetric and lam >= -tol
+    witness = None if ok or not symmetric else ctx.out(V[:, 0])
+    if not symmetric and lam >= -tol:
+        # an asymmetric matrix is never a valid Gram matrix; no quadratic-form witness
+        witness = None
+    return PSDResult(bool(ok), lam, witness, bool(symmetric), float(tol))
+
+
+# -------------------------------------------------------- explicit feature maps
+def poly2_features(X, *, coef0=1.0):
+    """Explicit map ``φ`` with ``φ(x)·φ(z) = (x·z + coef0)²``.
+
+    Features: ``x_i²``, ``√2 x_i x_j`` (i<j), ``√(2c) x_i``, ``c``.
+    """
+    ctx, (X,) = enter(X, names=("X",))
+    xp = ctx.xp
+    X = check_array(X, xp=xp, name="X", requested=ctx.dtype)
+    if coef0 < 0:
+        raise ValueError(f"coef0 must be >= 0 for a real feature map; got {coef0!r}")
+    n, d = X.shape
+    pairs = [X[:, i:i + 1] * X[:, j:j + 1] * math.sqrt(2.0) for i in range(d) for j in range(i + 1, d)]
+    parts = [X * X] + pairs + [math.sqrt(2.0 * coef0) * X,
+                               xp.full((n, 1), float(coef0), dtype=X.dtype, device=ctx.device)]
+    return ctx.out(xp.concat(parts, axis=1))
+
+
+def rbf_taylor_features(x, *, gamma=1.0, order=10):
+    """Truncated Taylor features of the 1-D RBF kernel.
+
+    ``exp(-γ(x−z)²) = exp(-γx²) exp(-γz²) Σ_k (2γ)^k x^k z^k / k!``, so
+    ``φ_k(x) = exp(-γx²) √((2γ)^k / k!) x^k`` for ``k = 0..order``.
+    """
+    ctx, (x,) = enter(x, names=("x",))
+    xp = ctx.xp
+    x = check_array(x, xp=xp, name="x", ndim=(1, 2), requested=ctx.dtype)
+    if len(x.shape) == 2:
+        if x.shape[1] != 1:
+            raise ValueError(f"x must be 1-D data (n,) or (n, 1); got shape {tuple(x.shape)}")
+        x = x[:, 0]
+    coefs = [math.sqrt((2.0 * gamma) ** k / math.factorial(k)) for k in range(order + 1)]
+    cols = [c * x**k for k, c in enumerate(coefs)]
+    return ctx.out(xp.exp(-gamma * x * x)[:, None] * xp.stack(cols, axis=1))

@@ -1,0 +1,39 @@
+"""Find every public xpml estimator (used by the common test suite and the CLI)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+__all__ = ["all_estimators"]
+
+_SKIP = {"xpml.bench", "xpml.demos", "xpml.__main__", "xpml.cli"}
+
+
+def all_estimators(type_filter=None):
+    """Sorted ``(name, class)`` pairs of public estimators in xpml.
+
+    Parameters
+    ----------
+    type_filter : {"classifier", "regressor", "transformer", "clusterer"}, optional
+    """
+    import xpml
+    from xpml.base import BaseEstimator
+
+    for info in pkgutil.walk_packages(xpml.__path__, prefix="xpml."):
+        if any(info.name == s or info.name.startswith(s + ".") for s in _SKIP):
+            continue
+        importlib.import_module(info.name)
+    seen = {}
+    stack = list(BaseEstimator.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__name__.startswith("_") or not cls.__module__.startswith("xpml."):
+            continue
+        if getattr(cls, "_xpml_abstract", False) or cls.__dict__.get("_xpml_abstract", False):
+            continue
+        if type_filter and getattr(cls, "_estimator_type", None) != type_filter:
+            continue
+        seen[cls.__name__] = cls
+    return sorted(seen.items())

@@ -1,0 +1,351 @@
+"""Input validation shared by every estimator.
+
+Each helper names the argument it checks, says what was wrong and what is
+allowed. None of them writes into the caller's array.
+
+Labels are encoded *before* data moves to a backend (string labels cannot live on
+a GPU): :func:`encode_labels` returns the classes in the caller's library and the
+integer codes, which then travel with ``X``.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import array_api_compat
+import numpy as np
+
+from xpml._backend import float_dtype, library_name, to_numpy
+from xpml.exceptions import not_fitted_error
+
+__all__ = [
+    "check_array",
+    "check_consistent_length",
+    "check_sample_weight",
+    "check_random_state",
+    "check_is_fitted",
+    "check_n_features",
+    "check_targets",
+    "encode_labels",
+    "decode_labels",
+    "num_samples",
+]
+
+
+def _is_sparse(x):
+    return hasattr(x, "tocsr") or type(x).__module__.startswith("scipy.sparse")
+
+
+def _shape(x):
+    return tuple(x.shape)
+
+
+def num_samples(x, name="X"):
+    """Number of rows of an array or array-like."""
+    if x is None:
+        raise ValueError(f"{name} is None; expected an array")
+    if hasattr(x, "shape"):
+        if len(x.shape) == 0:
+            raise ValueError(f"{name} is a 0-d array (a scalar); expected an array of samples")
+        return int(x.shape[0])
+    a = np.asarray(x)
+    if a.ndim == 0:
+        raise ValueError(f"{name} is a scalar; expected an array of samples")
+    return int(a.shape[0])
+
+
+def check_consistent_length(*arrays, names=None):
+    """Raise ValueError naming the arrays when their first dimensions differ."""
+    names = names or [f"argument {i}" for i in range(len(arrays))]
+    pairs = [(nm, num_samples(a, nm)) for nm, a in zip(names, arrays) if a is not None]
+    lengths = {n for _, n in pairs}
+    if len(lengths) > 1:
+        desc = ", ".join(f"{nm} has {n}" for nm, n in pairs)
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: {desc}; "
+            f"they must have the same number of rows"
+        )
+
+
+def _host_prepare(x, name):
+    """Reject what no backend accepts, and make array-likes into NumPy arrays."""
+    if _is_sparse(x):
+        raise TypeError(
+            f"{name} is a sparse matrix; xpml estimators accept dense arrays only "
+            f"(sparse input is not supported). Convert with {name}.toarray() if it fits in memory."
+        )
+    if not array_api_compat.is_array_api_obj(x) or isinstance(x, (numbers.Number,)):
+        try:
+            x = np.asarray(x)
+        except Exception as exc:
+            raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind in "c":
+            raise ValueError(f"Complex data not supported; {name} has dtype {x.dtype}")
+        if x.dtype.kind in "OUSV":
+            try:
+                x = x.astype(np.float64)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(
+                    f"{name} must be numeric; it has dtype {x.dtype} and could not be "
+                    f"converted to float: {exc}"
+                ) from exc
+    return x
+
+
+def check_array(
+    X,
+    *,
+    xp,
+    name="X",
+    ndim=2,
+    dtype="float",
+    requested=None,
+    ensure_finite=True,
+    min_samples=1,
+    min_features=1,
+    allow_nd=False,
+):
+    """Validate a data array already in namespace ``xp``.
+
+    Parameters
+    ----------
+    X : array
+        Data in ``xp`` (as returned by :func:`xpml._backend.enter`).
+    xp : namespace
+    name : str
+        The argument's name, for messages.
+    ndim : int or tuple of int
+        Allowed numbers of dimensions.
+    dtype : "float", "numeric" or None
+        "float" casts to the working float dtype (float32 stays float32,
+        everything else float64 where the device has it); "numeric" keeps
+        integer and float data as it is; None skips dtype handling.
+    requested : {"float32", "float64"} or None
+        A dtype forced by the backend setting.
+    ensure_finite : bool
+        Reject NaN and infinity.
+    min_samples, min_features : int
+        Smallest allowed numbers of rows and columns.
+    """
+    X = _host_prepare(X, name)
+    allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if allow_nd:
+        allowed = tuple(range(max(allowed), 8))
+    shape = _shape(X)
+    if len(shape) not in allowed:
+        if len(shape) == 1 and 2 in allowed:
+            raise ValueError(
+                f"Expected 2D array for {name}, got 1D array instead: {name} has shape {shape}. "
+                f"Reshape your data either using {name}.reshape(-1, 1) if your data has a single "
+                f"feature or {name}.reshape(1, -1) if it contains a single sample."
+            )
+        if len(shape) == 0:
+            raise ValueError(f"Expected 2D array for {name}, got a scalar (0-d array) instead")
+        want = " or ".join(f"{d}-D" for d in allowed)
+        raise ValueError(f"{name} must be a {want} array; got {len(shape)}-D with shape {shape}")
+    if xp is None:
+        xp = array_api_compat.array_namespace(X)
+    if isinstance(X, np.ndarray) and xp is not array_api_compat.array_namespace(X):
+        X = xp.asarray(X)
+    if min_samples and shape[0] < min_samples:
+        raise ValueError(
+            f"Found array with {shape[0]} sample(s) (shape={shape}) while a minimum of "
+            f"{min_samples} is required: {name} has too few rows"
+        )
+    if len(shape) >= 2 and min_features and shape[1] < min_features:
+        raise ValueError(
+            f"Found array with {shape[1]} feature(s) (shape={shape}) while a minimum of "
+            f"{min_features} is required: {name} has too few columns"
+        )
+    if dtype is not None:
+        X = _cast(X, xp, dtype, requested, name)
+    if ensure_finite and xp.isdtype(X.dtype, ("real floating", "complex floating")):
+        _assert_finite(X, xp, name)
+    return X
+
+
+def _cast(X, xp, dtype, requested, name):
+    if xp.isdtype(X.dtype, "complex floating"):
+        raise ValueError(f"Complex data not supported; {name} has dtype {X.dtype}")
+    is_float = xp.isdtype(X.dtype, "real floating")
+    if dtype == "numeric":
+        if not (is_float or xp.isdtype(X.dtype, ("integral", "bool"))):
+            raise ValueError(f"{name} must be numeric; got dtype {X.dtype}")
+        if requested is None or not is_float:
+            return X
+    dev = array_api_compat.device(X)
+    target = float_dtype(xp, dev, requested, like=X.dtype if is_float else None)
+    if X.dtype == target:
+        return X
+    return xp.astype(X, target)
+
+
+def _assert_finite(X, xp, name):
+    # one reduction and one host sync per validated array
+    if bool(xp.all(xp.isfinite(X))):
+        return
+    if bool(xp.any(xp.isnan(X))):
+        raise ValueError(f"Input {name} contains NaN; xpml estimators need finite values in {name}")
+    raise ValueError(
+        f"Input {name} contains infinity or a value too large for its dtype; "
+        f"xpml estimators need finite values in {name}"
+    )
+
+
+def check_n_features(estimator, X, name="X"):
+    """Check that ``X`` has as many columns as the data ``estimator`` was fitted on."""
+    expected = getattr(estimator, "n_features_in_", None)
+    if expected is None:
+        return
+    got = int(X.shape[1])
+    if got != expected:
+        raise ValueError(
+            f"{name} has {got} features, but {type(estimator).__name__} is expecting "
+            f"{expected} features as input."
+        )
+
+
+def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, requested=None,
+                  dtype="float"):
+    """Validate regression targets: 1-D (or 2-D when ``multi_output``), finite, float."""
+    allowed = (1, 2) if multi_output else (1,)
+    y = _host_prepare(y, name)
+    if len(y.shape) == 2 and not multi_output and y.shape[1] == 1:
+        y = xp.reshape(y, (-1,)) if not isinstance(y, np.ndarray) else y.reshape(-1)
+    if len(y.shape) not in allowed:
+        want = "1-D" if not multi_output else "1-D or 2-D"
+        raise ValueError(f"{name} must be a {want} array; got shape {tuple(y.shape)}")
+    y = check_array(y, xp=xp, name=name, ndim=allowed, dtype=dtype, requested=requested,
+                    min_samples=1)
+    if n_samples is not None and y.shape[0] != n_samples:
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: X has {n_samples}, "
+            f"{name} has {y.shape[0]}"
+        )
+    return y
+
+
+def encode_labels(y, *, name="y", min_classes=2):
+    """Map class labels to integer codes ``0..k-1``, in ``y``'s own library.
+
+    Returns
+    -------
+    classes : array (k,)
+        Sorted unique labels, in ``y``'s library (NumPy for strings).
+    codes : array (n,)
+        Integer codes, in ``y``'s library.
+    """
+    if y is None:
+        raise ValueError(f"{name} is None; this estimator needs class labels")
+    if _is_sparse(y):
+        raise TypeError(f"{name} is a sparse matrix; class labels must be a dense 1-D array")
+    if not array_api_compat.is_array_api_obj(y):
+        y = np.asarray(y)
+    shape = tuple(y.shape)
+    if len(shape) == 2 and shape[1] == 1:
+        y = y[:, 0] if not isinstance(y, np.ndarray) else y.ravel()
+        shape = tuple(y.shape)
+    if len(shape) != 1:
+        raise ValueError(f"{name} must be a 1-D array of class labels; got shape {shape}")
+    if isinstance(y, np.ndarray):
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+        if y.dtype.kind == "O":
+            kinds = {type(v) for v in y.tolist()}
+            if len(kinds) > 1 and not all(issubclass(k, numbers.Number) for k in kinds):
+                raise ValueError(
+                    f"{name} mixes label types {sorted(k.__name__ for k in kinds)}; "
+                    f"use one type for all class labels"
+                )
+        classes, codes = np.unique(y, return_inverse=True)
+        codes = codes.reshape(-1).astype(np.int64)
+    else:
+        xp = array_api_compat.array_namespace(y)
+        if xp.isdtype(y.dtype, "real floating") and not bool(xp.all(xp.isfinite(y))):
+            raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+        classes, codes = xp.unique_inverse(y)
+        codes = xp.astype(xp.reshape(codes, (-1,)), xp.int64)
+    k = int(classes.shape[0])
+    if k < min_classes:
+        raise ValueError(
+            f"{name} has {k} class(es) but at least {min_classes} classes are required; "
+            f"got a single class {to_numpy(classes).tolist()!r}" if k == 1 else
+            f"{name} has no samples; at least {min_classes} classes are required"
+        )
+    return classes, codes
+
+
+def decode_labels(classes, codes, ctx):
+    """Map integer codes (in the compute namespace) back to labels, returned in
+    the caller's library (NumPy when the labels are not numeric)."""
+    codes = ctx.out(codes)
+    if isinstance(classes, np.ndarray) and classes.dtype.kind not in "biuf":
+        return classes[to_numpy(codes)]
+    xp = array_api_compat.array_namespace(codes)
+    if library_name(classes) != library_name(codes) or (
+        array_api_compat.device(classes) != array_api_compat.device(codes)
+    ):
+        from xpml._backend import move
+
+        classes = move(classes, xp, array_api_compat.device(codes))
+    return xp.take(classes, codes, axis=0)
+
+
+def check_sample_weight(sample_weight, n_samples, *, xp, dtype, device=None,
+                        name="sample_weight"):
+    """Return per-sample weights as a 1-D float array of length ``n_samples``.
+
+    None gives ones; a number gives that constant. Weights must be finite,
+    non-negative and not all zero.
+    """
+    if sample_weight is None:
+        return xp.ones((n_samples,), dtype=dtype, device=device)
+    if isinstance(sample_weight, numbers.Number):
+        return xp.full((n_samples,), float(sample_weight), dtype=dtype, device=device)
+    w = check_array(sample_weight, xp=xp, name=name, ndim=1, dtype="float", min_samples=0)
+    if w.dtype != dtype:
+        w = xp.astype(w, dtype)
+    if int(w.shape[0]) != n_samples:
+        raise ValueError(
+            f"{name}.shape == ({int(w.shape[0])},), expected ({n_samples},): {name} needs one "
+            f"weight per sample"
+        )
+    if bool(xp.any(w < 0)):
+        raise ValueError(f"Negative values in data passed to {name}; weights must be >= 0")
+    if n_samples and not bool(xp.any(w > 0)):
+        raise ValueError(f"{name} is all zeros; at least one sample needs a positive weight")
+    return w
+
+
+def check_random_state(seed):
+    """Return a :class:`numpy.random.Generator` from None, an int or a Generator.
+
+    xpml draws random numbers on the host with NumPy and moves them to the
+    backend, so a seed gives the same model on every backend.
+    """
+    if seed is None:
+        return np.random.default_rng()
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.RandomState):
+        return np.random.default_rng(seed.randint(0, 2**31 - 1))
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return np.random.default_rng(int(seed))
+    raise ValueError(
+        f"random_state must be None, an int or a numpy.random.Generator; got {seed!r}"
+    )
+
+
+def check_is_fitted(estimator, attributes=None):
+    """Raise :class:`NotFittedError` unless ``estimator`` has been fitted."""
+    if attributes is None:
+        fitted = any(k.endswith("_") and not k.startswith("__") for k in vars(estimator))
+    else:
+        attributes = [attributes] if isinstance(attributes, str) else attributes
+        fitted = all(hasattr(estimator, a) for a in attributes)
+    if not fitted:
+        raise not_fitted_error(
+            f"This {type(estimator).__name__} instance is not fitted yet. Call 'fit' with "
+            f"appropriate arguments before using this estimator."
+        )
