@@ -84,7 +84,7 @@ def resolve_kernel_params(kernel, n_features, gamma=None, degree=3, coef0=1.0, s
     return kernel, {"gamma": float(gamma), "degree": degree, "coef0": float(coef0)}
 
 
-def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_norms=None, rows=None):
+def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
     """One block ``K(Xb, Y)``; ``diag_offset`` is the row offset of ``Xb`` in ``Y``
     when ``Y`` is ``X`` itself (its diagonal distances are set to exact zeros)."""
     if callable(kernel):
@@ -96,21 +96,78 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_norms=None, rows=
     if kernel == "sigmoid":
         return xp.tanh(p["gamma"] * (Xb @ Y.T) + p["coef0"])
     if kernel == "rbf":
-        d2 = sq_distances(Xb, Y, xp=xp, Y_norms=Y_norms)
-        if diag_offset is not None:
-            d2 = _zero_diagonal(d2, diag_offset, xp=xp)
-        return xp.exp(-p["gamma"] * d2)
+        return _rbf_block(Xb, Y, p["gamma"], xp=xp, Y_factor=Y_factor, diag_offset=diag_offset)
     if kernel == "laplacian":
         return xp.exp(-p["gamma"] * _l1_distances(Xb, Y, xp=xp))
     raise ValueError(f"unknown kernel {kernel!r}")
 
 
-def _zero_diagonal(d2, offset, *, xp):
-    b, m = d2.shape
-    dev = getattr(d2, "device", None)
-    rows = xp.arange(offset, offset + b, device=dev)[:, None]
-    cols = xp.arange(m, device=dev)[None, :]
-    return xp.where(rows == cols, xp.zeros((), dtype=d2.dtype, device=dev), d2)
+def _rbf_factors(X, Y, gamma, *, xp):
+    """Augmented factors with ``A @ B.T = 2γ x·z − γ‖x‖² − γ‖z‖² = −γ‖x−z‖²``.
+
+    ``A = [x, ‖x‖², 1]`` and ``B = [2γ z, −γ, −γ‖z‖²]``: the whole RBF exponent
+    is one matrix product with ``d + 2`` columns, with no further passes over
+    the ``n × m`` block before the clamp and ``exp``. ``X`` or ``Y`` may be None.
+    """
+    A = B = None
+    if X is not None:
+        one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=getattr(X, "device", None))
+        A = xp.concat([X, sq_norms(X, xp=xp)[:, None], one], axis=1)
+    if Y is not None:
+        one = xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=getattr(Y, "device", None))
+        B = xp.concat([(2.0 * gamma) * Y, -gamma * one, -gamma * sq_norms(Y, xp=xp)[:, None]],
+                      axis=1)
+    return A, B
+
+
+def _rbf_block(Xb, Y, gamma, *, xp, Y_factor=None, diag_offset=None, fast=True):
+    """``exp(-γ‖x−z‖²)`` as ``exp(min(0, A @ B.T))`` (see :func:`_rbf_factors`).
+
+    The product is a fresh array, so the clamp and ``exp`` run in place where the
+    library allows (:func:`_clamp_exp_`). On the diagonal of ``gram(X)`` the
+    exponent is set to exactly 0.
+    """
+    A, B = _rbf_factors(Xb, Y if Y_factor is None else None, gamma, xp=xp)
+    E = A @ (B if Y_factor is None else Y_factor).T
+    if diag_offset is not None:
+        _zero_diagonal_(E, diag_offset, xp=xp, fast=fast)
+    return _clamp_exp_(E, xp=xp, fast=fast)
+
+
+def _zero_diagonal_(E, offset, *, xp, fast=True):
+    """Set ``E[i, offset + i] = 0`` in place (``E`` is a temporary we own).
+
+    Fast path: integer-array assignment, O(b). Portable path: ``where`` over the
+    ``b × b`` square that holds the diagonal, written back through a slice.
+    """
+    import array_api_compat as aac
+
+    size = min(offset + E.shape[0], E.shape[1]) - offset
+    if size <= 0:
+        return
+    dev = aac.device(E)
+    idx = xp.arange(size, device=dev)
+    if fast and (aac.is_numpy_array(E) or aac.is_cupy_array(E) or aac.is_torch_array(E)):
+        E[idx, idx + offset] = 0.0
+        return
+    eye = idx[:, None] == idx[None, :]
+    square = E[:size, offset:offset + size]
+    E[:size, offset:offset + size] = xp.where(eye, xp.zeros((), dtype=E.dtype, device=dev), square)
+
+
+def _clamp_exp_(E, *, xp, fast=True):
+    """``exp(min(E, 0))``, overwriting ``E`` (a temporary we own) where the
+    library has ``out=``/in-place forms; the portable form allocates."""
+    if fast:
+        import array_api_compat as aac
+
+        if aac.is_numpy_array(E) or aac.is_cupy_array(E):
+            mod = __import__("cupy" if aac.is_cupy_array(E) else "numpy")
+            mod.minimum(E, 0.0, out=E)
+            return mod.exp(E, out=E)
+        if aac.is_torch_array(E):
+            return E.clamp_(max=0.0).exp_()
+    return xp.exp(xp.clip(E, None, 0.0))
 
 
 def block_rows_for(n_cols, n_features, itemsize, *, kernel="rbf", memory_budget=None,
@@ -151,11 +208,11 @@ def iter_kernel_blocks(X, Y, kernel, params, *, xp, block_rows, symmetric):
     """Yield ``(start, stop, K[start:stop])`` over row blocks (arrays already
     validated and in one namespace). ``symmetric`` means ``Y is X``."""
     n = X.shape[0]
-    Y_norms = sq_norms(Y, xp=xp) if kernel == "rbf" else None
+    Y_factor = _rbf_factors(None, Y, params["gamma"], xp=xp)[1] if kernel == "rbf" else None
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
         Kb = _kernel_block(X[start:stop, :], Y, kernel, params, xp=xp,
-                           diag_offset=start if symmetric else None, Y_norms=Y_norms)
+                           diag_offset=start if symmetric else None, Y_factor=Y_factor)
         yield start, stop, Kb
 
 
