@@ -1,0 +1,210 @@
+"""The Gram engine (ALGORITHMS.md §0.2)."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import pairwise
+
+import xpml
+from xpml.kernels import (
+    _clamp_exp_,
+    _rbf_block,
+    _zero_diagonal_,
+    gram,
+    gram_blocks,
+    is_psd,
+    poly2_features,
+    rbf_taylor_features,
+)
+
+RTOL = 1e-12  # float64
+
+
+def _data(seed=0, n=40, m=25, d=5):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), rng.normal(size=(m, d))
+
+
+CASES = [
+    ("linear", {}, lambda X, Y: pairwise.linear_kernel(X, Y)),
+    ("poly", {"degree": 3, "gamma": 0.3, "coef0": 1.5},
+     lambda X, Y: pairwise.polynomial_kernel(X, Y, degree=3, gamma=0.3, coef0=1.5)),
+    ("poly", {}, lambda X, Y: pairwise.polynomial_kernel(X, Y)),
+    ("rbf", {"gamma": 0.2}, lambda X, Y: pairwise.rbf_kernel(X, Y, gamma=0.2)),
+    ("rbf", {}, lambda X, Y: pairwise.rbf_kernel(X, Y)),
+    ("sigmoid", {"gamma": 0.1, "coef0": 0.5},
+     lambda X, Y: pairwise.sigmoid_kernel(X, Y, gamma=0.1, coef0=0.5)),
+    ("laplacian", {"gamma": 0.4}, lambda X, Y: pairwise.laplacian_kernel(X, Y, gamma=0.4)),
+]
+
+
+@pytest.mark.parametrize("kernel,params,ref", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])
+def test_gram_equals_sklearn(xp, kernel, params, ref):
+    X, Y = _data()
+    K = gram(xp.asarray(X), xp.asarray(Y), kernel=kernel, **params)
+    assert xp.is_native(K)
+    np.testing.assert_allclose(xp.to_numpy(K), ref(X, Y), rtol=RTOL, atol=1e-14)
+    Ks = gram(xp.asarray(X), kernel=kernel, **params)
+    np.testing.assert_allclose(xp.to_numpy(Ks), ref(X, X), rtol=RTOL, atol=1e-14)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid", "laplacian"])
+def test_tiled_equals_untiled(xp, kernel):
+    X, Y = _data(1, n=37)
+    full = xp.to_numpy(gram(xp.asarray(X), kernel=kernel))
+    tiled = xp.to_numpy(gram(xp.asarray(X), kernel=kernel, block_rows=5))
+    np.testing.assert_allclose(tiled, full, rtol=1e-13, atol=1e-15)
+    budget = xp.to_numpy(gram(xp.asarray(X), xp.asarray(Y), kernel=kernel, memory_budget=4096))
+    np.testing.assert_allclose(budget, xp.to_numpy(gram(xp.asarray(X), xp.asarray(Y), kernel=kernel)),
+                               rtol=1e-13, atol=1e-15)
+
+
+def test_rbf_diagonal_exactly_one(xp):
+    X, _ = _data(2, n=30)
+    K = xp.to_numpy(gram(xp.asarray(X * 100), kernel="rbf", gamma=1e-4, block_rows=7))
+    np.testing.assert_array_equal(np.diag(K), 1.0)
+
+
+def test_sigma_form():
+    X, _ = _data()
+    np.testing.assert_allclose(gram(X, kernel="rbf", sigma=2.0), gram(X, kernel="rbf", gamma=1 / 8),
+                               rtol=1e-15)
+    with pytest.raises(ValueError, match="either gamma or sigma"):
+        gram(X, kernel="rbf", sigma=1.0, gamma=1.0)
+
+
+def test_callable_kernel(xp):
+    X, Y = _data()
+
+    def cubic(A, B, *, xp):
+        return (A @ B.T) ** 3
+
+    K = gram(xp.asarray(X), xp.asarray(Y), kernel=cubic, block_rows=9)
+    np.testing.assert_allclose(xp.to_numpy(K), (X @ Y.T) ** 3, rtol=1e-13)
+
+
+def test_blocks_follow_budget():
+    X, _ = _data(n=100)
+    blocks = list(gram_blocks(X, kernel="rbf", memory_budget=100 * 8 * 3 * 10))
+    assert [(a, b) for a, b, _ in blocks] == [(i, min(i + 10, 100)) for i in range(0, 100, 10)]
+    assert all(K.shape == (b - a, 100) for a, b, K in blocks)
+
+
+def test_unknown_kernel_message():
+    X, _ = _data()
+    with pytest.raises(ValueError, match=r"unknown kernel 'rbff'; allowed kernels are 'linear'"):
+        gram(X, kernel="rbff")
+
+
+def test_gram_bad_inputs():
+    X, Y = _data()
+    with pytest.raises(ValueError, match="same number of columns"):
+        gram(X, Y[:, :3])
+    Xn = X.copy()
+    Xn[1, 1] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        gram(Xn)
+    with pytest.raises(ValueError, match="Expected 2D array for X, got 1D"):
+        gram(X[:, 0])
+    with pytest.raises(ValueError, match="memory_budget must be a positive"):
+        gram(X, memory_budget=0)
+
+
+def test_fast_paths_agree_with_portable(xp):
+    """The in-place NumPy/CuPy/torch paths give the portable path's numbers."""
+    X, Y = _data(3)
+    A, B = xp.asarray(X), xp.asarray(Y)
+    for sym in (None, 0, 10):
+        Z = B if sym is None else A
+        fast = _rbf_block(A[10:30, :], Z, 0.3, xp=xp.xp, diag_offset=sym, fast=True)
+        slow = _rbf_block(A[10:30, :], Z, 0.3, xp=xp.xp, diag_offset=sym, fast=False)
+        np.testing.assert_array_equal(xp.to_numpy(fast), xp.to_numpy(slow))
+
+    def owned(a):  # a writable temporary, as the kernels' own products are
+        return xp.xp.asarray(xp.asarray(a), copy=True)
+
+    np.testing.assert_array_equal(xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=True)),
+                                  xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=False)))
+    M1, M2 = owned(X @ X.T), owned(X @ X.T)
+    _zero_diagonal_(M1, 0, xp=xp.xp, fast=True)
+    _zero_diagonal_(M2, 0, xp=xp.xp, fast=False)
+    np.testing.assert_array_equal(xp.to_numpy(M1), xp.to_numpy(M2))
+
+
+def test_gram_does_not_modify_inputs():
+    X, _ = _data()
+    X.flags.writeable = False
+    K = gram(X, kernel="rbf")
+    assert K.flags.writeable
+
+
+# ------------------------------------------------------------------ validity
+def test_valid_kernels_are_psd(xp):
+    X, _ = _data(4, n=30, d=2)
+    for kernel in ("linear", "poly", "rbf", "laplacian"):
+        r = is_psd(gram(xp.asarray(X), kernel=kernel))
+        assert r.is_psd and r.witness is None, kernel
+
+
+def test_box_kernel_is_not_psd(xp):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(60, 2))
+
+    def box(A, B, *, xp):
+        # 1 when every coordinate is within 0.25: not a valid kernel
+        d = xp.max(xp.abs(A[:, None, :] - B[None, :, :]), axis=2)
+        return xp.astype(d <= 0.25, A.dtype)
+
+    K = gram(xp.asarray(X), kernel=box)
+    r = is_psd(K)
+    assert not r.is_psd and r.min_eigenvalue < -1e-6
+    v = xp.to_numpy(r.witness)
+    assert v @ xp.to_numpy(K) @ v < 0
+
+
+def test_tanh_kernel_is_not_psd_and_can_be_negative_on_diagonal():
+    X = np.random.default_rng(1).normal(size=(40, 2))
+    K = gram(X, kernel="sigmoid", gamma=1.0, coef0=-2.0)
+    assert np.min(np.diag(K)) < 0
+    r = is_psd(K)
+    assert not r.is_psd
+    assert r.witness @ K @ r.witness < 0
+
+
+def test_closure_properties():
+    X = np.random.default_rng(2).normal(size=(30, 3))
+    K1, K2 = gram(X, kernel="rbf", gamma=0.5), gram(X, kernel="poly", degree=2)
+    f = np.sin(X[:, 0]) + 2
+    for K in (K1 + K2, K1 * K2, 3.0 * K1, f[:, None] * K1 * f[None, :]):
+        assert is_psd(K).is_psd
+
+
+def test_asymmetric_is_not_psd():
+    r = is_psd(np.array([[1.0, 0.5], [0.0, 1.0]]))
+    assert not r.is_psd and not r.symmetric
+
+
+# -------------------------------------------------------- explicit feature maps
+def test_poly2_feature_map(xp):
+    X, Y = _data(5, n=10, m=8, d=3)
+    for c in (0.0, 1.0, 2.5):
+        P, Q = poly2_features(xp.asarray(X), coef0=c), poly2_features(xp.asarray(Y), coef0=c)
+        np.testing.assert_allclose(xp.to_numpy(P @ Q.T), (X @ Y.T + c) ** 2, rtol=1e-14, atol=1e-13)
+
+
+def test_rbf_taylor_features_converge():
+    x = np.linspace(-1, 1, 15)
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2)
+    errs = []
+    for order in (2, 5, 10, 20):
+        F = rbf_taylor_features(x, gamma=0.5, order=order)
+        errs.append(np.abs(F @ F.T - K).max())
+    assert errs == sorted(errs, reverse=True) and errs[-1] < 1e-14
+
+
+def test_backend_switch_moves_gram():
+    torch = pytest.importorskip("torch")
+    X, _ = _data()
+    with xpml.backend("torch", output="backend"):
+        assert isinstance(gram(X), torch.Tensor)
+    with xpml.backend("torch"):
+        assert isinstance(gram(X), np.ndarray)
