@@ -30,14 +30,14 @@ def _encode(value, arrays, where):
 
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, np.generic):  # before float: np.float64 is a float
+        key = f"a{len(arrays)}"
+        arrays[key] = np.asarray(value)
+        return {"__scalar__": key}
     if isinstance(value, numbers.Integral) and not hasattr(value, "shape"):
         return int(value)
     if isinstance(value, float):
         return value
-    if isinstance(value, np.generic):
-        key = f"a{len(arrays)}"
-        arrays[key] = np.asarray(value)
-        return {"__scalar__": key}
     if array_api_compat.is_array_api_obj(value):
         host = to_numpy(value)
         if host.dtype.kind == "O":

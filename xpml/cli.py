@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 __all__ = ["main"]
 
@@ -27,7 +28,9 @@ def _info(args):
             print(f"  {name:<17} unavailable: {exc}")
             continue
         try:
-            devices = list(xp.__array_namespace_info__().devices())
+            with warnings.catch_warnings():  # torch warns about legacy device types here
+                warnings.simplefilter("ignore")
+                devices = list(xp.__array_namespace_info__().devices())
         except Exception:
             devices = ["cpu"]
         if name == "torch":

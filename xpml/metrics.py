@@ -146,8 +146,8 @@ def log_loss(y_true, y_prob, *, labels=None, eps=None, sample_weight=None):
     check_consistent_length(y_true, y_prob, names=("y_true", "y_prob"))
     labels = np.unique(to_numpy(y_true)) if labels is None else np.asarray(labels)
     codes = _codes(y_true, labels, "y_true")
-    ctx, (P, c, w) = enter(y_prob, codes, sample_weight,
-                           names=("y_prob", "y_true", "sample_weight"))
+    ctx, (P, w) = enter(y_prob, sample_weight, names=("y_prob", "sample_weight"))
+    c = ctx.take(codes)
     xp = ctx.xp
     dtype = P.dtype if xp.isdtype(P.dtype, "real floating") else xp.float64
     P = xp.astype(P, dtype)
@@ -196,7 +196,8 @@ def expected_calibration_error(y_true, y_prob, *, n_bins=10, pos_label=None):
             raise ValueError(f"y_prob has {k} columns but y_true has {len(labels)} labels")
         codes = _codes(y_true, labels, "y_true")
         hit = codes.astype(np.int64)
-    ctx, (P, h) = enter(y_prob, hit, names=("y_prob", "y_true"))
+    ctx, (P,) = enter(y_prob, names=("y_prob",))
+    h = ctx.take(hit)
     xp = ctx.xp
     dtype = P.dtype if xp.isdtype(P.dtype, "real floating") else xp.float64
     P = xp.astype(P, dtype)
@@ -230,8 +231,8 @@ def confusion_matrix(y_true, y_pred, *, labels=None, sample_weight=None):
         labels = labels[order]
     t, p = _codes(y_true, labels, "y_true"), _codes(y_pred, labels, "y_pred")
     numeric = _is_numeric(y_true) and _is_numeric(y_pred)
-    ctx, (_, t, p, w) = enter(y_true if numeric else t, t, p, sample_weight,
-                              names=("y_true", "y_true", "y_pred", "sample_weight"))
+    ctx, (_, w) = enter(y_true if numeric else t, sample_weight, names=("y_true", "sample_weight"))
+    t, p = ctx.take(t), ctx.take(p)
     xp = ctx.xp
     k = len(labels)
     dtype = xp.float64 if _f64(xp, ctx.device) else xp.float32

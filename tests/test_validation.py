@@ -1,0 +1,67 @@
+"""Validation helpers: messages name the argument and the problem."""
+
+import numpy as np
+import pytest
+
+from xpml.utils.validation import (
+    check_array,
+    check_random_state,
+    check_sample_weight,
+    encode_labels,
+)
+
+
+def test_check_array_messages(xp):
+    X = np.ones((3, 2))
+    ns = xp.xp
+    with pytest.raises(ValueError, match="Expected 2D array for X, got 1D"):
+        check_array(xp.asarray(np.ones(3)), xp=ns)
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        check_array(xp.asarray(Xn), xp=ns)
+    Xi = X.copy()
+    Xi[0, 0] = np.inf
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        check_array(xp.asarray(Xi), xp=ns)
+    with pytest.raises(ValueError, match="0 sample"):
+        check_array(xp.asarray(np.ones((0, 2))), xp=ns)
+    with pytest.raises(ValueError, match="0 feature"):
+        check_array(xp.asarray(np.ones((2, 0))), xp=ns)
+
+
+def test_complex_and_strings():
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        check_array(np.ones((2, 2), dtype=complex), xp=None)
+    with pytest.raises(ValueError, match="must be numeric"):
+        check_array(np.array([["a", "b"]]), xp=None)
+
+
+def test_encode_labels(xp):
+    classes, codes = encode_labels(xp.asarray(np.array([3, 1, 3, 2])))
+    np.testing.assert_array_equal(xp.to_numpy(classes), [1, 2, 3])
+    np.testing.assert_array_equal(xp.to_numpy(codes), [2, 0, 2, 1])
+    with pytest.raises(ValueError, match="1 class"):
+        encode_labels(xp.asarray(np.array([1, 1, 1])))
+    s_classes, s_codes = encode_labels(np.array(["b", "a", "b"]))
+    assert s_classes.tolist() == ["a", "b"] and s_codes.tolist() == [1, 0, 1]
+
+
+def test_sample_weight(xp):
+    ns = xp.xp
+    w = check_sample_weight(None, 3, xp=ns, dtype=ns.float64)
+    np.testing.assert_array_equal(xp.to_numpy(w), 1.0)
+    with pytest.raises(ValueError, match="Negative values in data passed to sample_weight"):
+        check_sample_weight(xp.asarray(np.array([1.0, -1.0, 1.0])), 3, xp=ns, dtype=ns.float64)
+    with pytest.raises(ValueError, match=r"sample_weight.shape == \(2,\), expected \(3,\)"):
+        check_sample_weight(xp.asarray(np.array([1.0, 1.0])), 3, xp=ns, dtype=ns.float64)
+    with pytest.raises(ValueError, match="all zeros"):
+        check_sample_weight(xp.asarray(np.zeros(3)), 3, xp=ns, dtype=ns.float64)
+
+
+def test_random_state():
+    a = check_random_state(3).integers(0, 100, 5)
+    b = check_random_state(3).integers(0, 100, 5)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="random_state must be"):
+        check_random_state("seed")
