@@ -246,15 +246,29 @@ def _itemsize(X):
 
 def kernel_matrix(X, Y, kernel, params, *, xp, symmetric=False, block_rows=None,
                   memory_budget=None):
-    """The whole ``K(X, Y)`` for validated arrays in one namespace, assembled
-    from row blocks when the workspace would exceed the memory budget."""
-    rows = block_rows_for(Y.shape[0], X.shape[1], _itemsize(X), kernel=kernel,
-                          memory_budget=memory_budget, block_rows=block_rows)
-    if rows >= X.shape[0]:
+    """The whole ``K(X, Y)`` for validated arrays in one namespace.
+
+    The output itself is the only ``n × m`` workspace of the linear, polynomial,
+    sigmoid and RBF kernels, so by default it is computed in one piece; with
+    ``block_rows`` or ``memory_budget`` given (and always for the Laplacian and
+    callable kernels, whose workspace is larger) row blocks are written into a
+    preallocated output.
+    """
+    n = X.shape[0]
+    one_piece = (block_rows is None and memory_budget is None and isinstance(kernel, str)
+                 and kernel != "laplacian")
+    rows = n if one_piece else block_rows_for(
+        Y.shape[0], X.shape[1], _itemsize(X), kernel=kernel, memory_budget=memory_budget,
+        block_rows=block_rows)
+    if rows >= n:
         return _kernel_block(X, Y, kernel, params, xp=xp, diag_offset=0 if symmetric else None)
-    blocks = [Kb for _, _, Kb in iter_kernel_blocks(X, Y, kernel, params, xp=xp,
-                                                    block_rows=rows, symmetric=symmetric)]
-    return xp.concat(blocks, axis=0)
+    K = None
+    for start, stop, Kb in iter_kernel_blocks(X, Y, kernel, params, xp=xp, block_rows=rows,
+                                              symmetric=symmetric):
+        if K is None:
+            K = xp.empty((n, Y.shape[0]), dtype=Kb.dtype, device=getattr(Kb, "device", None))
+        K[start:stop, :] = Kb
+    return K
 
 
 def gram(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None,

@@ -24,12 +24,21 @@ import time
 __all__ = ["Bench", "Result", "timeit", "discover", "machine_info"]
 
 
-def timeit(fn, *, warmup=1, repeats=5, sync=None):
-    """Median wall time of ``fn()`` over ``repeats`` calls after ``warmup`` calls."""
+def timeit(fn, *, warmup=1, repeats=5, sync=None, adaptive=True):
+    """Median wall time of ``fn()`` over ``repeats`` calls after ``warmup`` calls.
+
+    With ``adaptive``, long calls are repeated less: a warm-up over 10 s gives one
+    timed call, over 2 s at most three (the count used is returned).
+    """
+    first = None
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
         if sync:
             sync()
+        first = time.perf_counter() - t0
+    if adaptive and first is not None:
+        repeats = 1 if first > 10 else min(repeats, 3) if first > 2 else repeats
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -139,12 +148,12 @@ class Bench:
 
         reps = repeats or self.repeats
         with xpml.backend(self.backend, device=self.device, output="backend"):
-            t_x, _ = timeit(xpml_fn, warmup=self.warmup, repeats=reps, sync=self.sync)
+            t_x, times = timeit(xpml_fn, warmup=self.warmup, repeats=reps, sync=self.sync)
         t_r = None
         if ref_fn is not None:
-            t_r, _ = timeit(ref_fn, warmup=self.warmup, repeats=reps)
+            t_r, _ = timeit(ref_fn, warmup=self.warmup, repeats=len(times), adaptive=False)
         r = Result(suite, case, int(n), dict(params or {}), self.backend, t_x, ref_name, t_r,
-                   reps, note)
+                   len(times), note)
         self.results.append(r)
         ratio = f"{r.ratio:6.2f}x" if r.ratio else "   n/a"
         ref = f"{t_r * 1e3:10.1f} ms" if t_r else "          -"
