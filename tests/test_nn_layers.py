@@ -1,0 +1,351 @@
+"""xpml.nn layers against PyTorch autograd (float64, rtol 1e-10) and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xpml.nn import (
+    AvgPool2D,
+    BatchNorm1D,
+    Conv2D,
+    Dense,
+    Flatten,
+    Identity,
+    LogisticLoss,
+    MaxPool2D,
+    MSELoss,
+    ReLU,
+    Sigmoid,
+    Softmax,
+    SoftmaxCrossEntropy,
+    Tanh,
+)
+from xpml.nn.conv import contract, windows
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+RTOL = 1e-10
+
+
+def close(got, want, rtol=RTOL):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, np.abs(want).max()))
+
+
+def t(a, grad=True):
+    return torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=grad)
+
+
+def nchw(a):
+    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
+
+
+def nhwc(a):
+    return np.transpose(a.detach().numpy(), (0, 2, 3, 1))
+
+
+# (kernel, stride, padding, N, H, W, C_in, C_out): every kernel 1-5, stride 1-3 and
+# padding 0-2 appears, on non-square inputs and several channel counts and batch sizes
+CONV_GRID = [
+    (1, 1, 0, 2, 5, 7, 1, 3),
+    (1, 2, 2, 1, 6, 5, 3, 2),
+    (2, 1, 1, 3, 7, 6, 2, 4),
+    (2, 3, 0, 2, 9, 8, 3, 1),
+    (3, 1, 1, 2, 6, 9, 4, 5),
+    (3, 2, 0, 1, 7, 10, 2, 3),
+    (3, 3, 2, 2, 8, 7, 1, 2),
+    (4, 1, 2, 2, 5, 6, 3, 3),
+    (4, 2, 1, 3, 9, 7, 2, 2),
+    (4, 3, 0, 1, 11, 10, 1, 4),
+    (5, 1, 0, 2, 7, 9, 2, 3),
+    (5, 2, 2, 1, 8, 6, 3, 2),
+    (5, 3, 1, 2, 10, 12, 2, 1),
+    ((2, 3), (1, 2), (1, 0), 2, 6, 9, 3, 2),
+    (3, 2, 1, 4, 16, 14, 8, 6),
+]
+
+
+@pytest.mark.parametrize("k,s,p,N,H,W,ci,co", CONV_GRID)
+def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co):
+    rng = np.random.default_rng(hash((str(k), str(s), str(p), N, H, W)) % 2**32)
+    X = rng.normal(size=(N, H, W, ci))
+    conv = Conv2D(co, k, stride=s, padding=p, random_state=1)
+    Z = conv.forward(X)
+    dZ = rng.normal(size=Z.shape)
+    conv.params["b"] = rng.normal(size=co)
+    Z = conv.forward(X)
+    dX = conv.backward(dZ)
+    Xt = t(nchw(X))
+    Wt = t(np.transpose(conv.params["W"], (3, 2, 0, 1)))
+    bt = t(conv.params["b"])
+    Zt = F.conv2d(Xt, Wt, bt, stride=s, padding=p)
+    Zt.backward(torch.tensor(nchw(dZ)))
+    close(Z, nhwc(Zt))
+    close(dX, np.transpose(Xt.grad.numpy(), (0, 2, 3, 1)))
+    close(conv.grads["W"], np.transpose(Wt.grad.numpy(), (2, 3, 1, 0)))
+    close(conv.grads["b"], bt.grad.numpy())
+
+
+def test_contract_is_the_einsum():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2, 6, 5, 3))
+    W = rng.normal(size=(3, 2, 3, 4))
+    import array_api_compat.numpy as xp
+
+    cols = windows(X, (3, 2), (1, 2), xp=xp)
+    close(contract(cols, W, xp=xp), np.einsum("nhwijc,ijco->nhwo", cols, W))
+    assert cols.shape == (2, 4, 2, 3, 2, 3)
+    close(cols[1, 2, 1, 2, 1], X[1, 2 + 2, 1 * 2 + 1])
+
+
+# (kernel, stride, padding, N, H, W, C)
+POOL_GRID = [
+    (1, 1, 0, 2, 5, 7, 3),
+    (2, None, 0, 3, 8, 6, 2),
+    (2, 1, 1, 1, 5, 7, 4),
+    (3, 2, 1, 2, 9, 7, 1),
+    (3, 3, 0, 2, 10, 11, 3),
+    (4, 2, 2, 1, 9, 8, 2),
+    (5, 3, 2, 2, 12, 10, 2),
+    (5, 1, 1, 1, 7, 9, 3),
+    ((2, 3), (1, 2), (1, 1), 2, 6, 9, 2),
+]
+
+
+@pytest.mark.parametrize("Pool,tfun", [(MaxPool2D, F.max_pool2d), (AvgPool2D, F.avg_pool2d)],
+                         ids=["max", "avg"])
+@pytest.mark.parametrize("k,s,p,N,H,W,C", POOL_GRID)
+def test_pool2d_matches_torch(Pool, tfun, k, s, p, N, H, W, C):
+    rng = np.random.default_rng(N * 100 + H)
+    X = rng.normal(size=(N, H, W, C))
+    pool = Pool(k, stride=s, padding=p)
+    Y = pool.forward(X)
+    dY = rng.normal(size=Y.shape)
+    dX = pool.backward(dY)
+    Xt = t(nchw(X))
+    Yt = tfun(Xt, k, stride=s if s is not None else k, padding=p)
+    Yt.backward(torch.tensor(nchw(dY)))
+    assert pool.output_shape(X.shape[1:]) == Y.shape[1:]
+    close(Y, nhwc(Yt))
+    close(dX, np.transpose(Xt.grad.numpy(), (0, 2, 3, 1)))
+
+
+def test_max_pool_splits_ties_evenly():
+    X = np.zeros((1, 4, 4, 1))
+    X[0, 0, 0, 0] = X[0, 1, 1, 0] = 2.0          # two maxima in the first window
+    pool = MaxPool2D(2)
+    pool.forward(X)
+    dX = pool.backward(np.ones((1, 2, 2, 1)))[0, :, :, 0]
+    assert dX[0, 0] == dX[1, 1] == 0.5 and dX[0, 1] == dX[1, 0] == 0.0
+    np.testing.assert_array_equal(dX[2:, 2:], np.full((2, 2), 0.25))   # four-way tie
+    assert dX.sum() == 4.0
+
+
+@pytest.mark.parametrize("N,d,units", [(1, 3, 2), (5, 4, 3), (17, 9, 6)])
+def test_dense_matches_torch(N, d, units):
+    rng = np.random.default_rng(N)
+    X = rng.normal(size=(N, d))
+    layer = Dense(units, random_state=0)
+    layer.forward(X)
+    layer.params["b"] = rng.normal(size=units)
+    Y = layer.forward(X)
+    dY = rng.normal(size=Y.shape)
+    dX = layer.backward(dY)
+    Xt, Wt, bt = t(X), t(layer.params["W"]), t(layer.params["b"])
+    Yt = Xt @ Wt + bt
+    Yt.backward(torch.tensor(dY))
+    close(Y, Yt.detach().numpy())
+    close(dX, Xt.grad.numpy())
+    close(layer.grads["W"], Wt.grad.numpy())
+    close(layer.grads["b"], bt.grad.numpy())
+
+
+@pytest.mark.parametrize("N,d", [(2, 3), (8, 5), (33, 4)])
+def test_batchnorm1d_matches_torch(N, d):
+    rng = np.random.default_rng(N)
+    X = rng.normal(loc=3.0, scale=2.0, size=(N, d))
+    bn = BatchNorm1D(momentum=0.2)
+    bn.forward(X)
+    bn.params["gamma"], bn.params["beta"] = rng.normal(size=d), rng.normal(size=d)
+    bn.running_mean, bn.running_var = np.zeros(d), np.ones(d)
+    rm, rv = torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64)
+    Xt, gt, bt = t(X), t(bn.params["gamma"]), t(bn.params["beta"])
+    for training in (True, False):
+        bn.train(training)
+        Y = bn.forward(X)
+        dY = rng.normal(size=Y.shape)
+        dX = bn.backward(dY)
+        for a in (Xt, gt, bt):
+            a.grad = None
+        Yt = F.batch_norm(Xt, rm, rv, gt, bt, training=training, momentum=0.2, eps=1e-5)
+        Yt.backward(torch.tensor(dY))
+        close(Y, Yt.detach().numpy())
+        close(dX, Xt.grad.numpy())
+        close(bn.grads["gamma"], gt.grad.numpy())
+        close(bn.grads["beta"], bt.grad.numpy())
+        close(bn.running_mean, rm.numpy())
+        close(bn.running_var, rv.numpy())
+
+
+@pytest.mark.parametrize("N,k", [(1, 2), (7, 3), (20, 10)])
+def test_softmax_cross_entropy_matches_torch(N, k):
+    rng = np.random.default_rng(N)
+    Z = rng.normal(scale=3.0, size=(N, k))
+    y = rng.integers(0, k, size=N)
+    loss = SoftmaxCrossEntropy()
+    value = loss.forward(Z, y)
+    dZ = loss.backward()
+    Zt = t(Z)
+    lt = F.cross_entropy(Zt, torch.tensor(y))
+    lt.backward()
+    close(value, lt.item())
+    close(dZ, Zt.grad.numpy())
+    # extreme logits stay finite
+    big = SoftmaxCrossEntropy().forward(np.array([[1000.0, -1000.0]]), np.array([1]))
+    close(big, 2000.0)
+
+
+def test_logistic_and_mse_match_torch():
+    rng = np.random.default_rng(0)
+    z, y = rng.normal(scale=4.0, size=(9, 1)), rng.integers(0, 2, size=9).astype(float)
+    loss = LogisticLoss()
+    value, dz = loss.forward(z, y), loss.backward()
+    zt = t(z)
+    lt = F.binary_cross_entropy_with_logits(zt, torch.tensor(y[:, None]))
+    lt.backward()
+    close(value, lt.item())
+    close(dz, zt.grad.numpy())
+    Z, Y = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    loss = MSELoss()
+    value, dZ = loss.forward(Z, Y), loss.backward()
+    Zt = t(Z)
+    lt = F.mse_loss(Zt, torch.tensor(Y))
+    lt.backward()
+    close(value, lt.item())
+    close(dZ, Zt.grad.numpy())
+
+
+@pytest.mark.parametrize("Layer,tfun", [(ReLU, torch.relu), (Sigmoid, torch.sigmoid),
+                                        (Tanh, torch.tanh), (Identity, lambda a: a),
+                                        (lambda: Softmax(), lambda a: torch.softmax(a, dim=-1))],
+                         ids=["relu", "sigmoid", "tanh", "identity", "softmax"])
+def test_activations_match_torch(Layer, tfun):
+    rng = np.random.default_rng(0)
+    X = rng.normal(scale=3.0, size=(5, 4))
+    dY = rng.normal(size=X.shape)
+    layer = Layer()
+    Y = layer.forward(X)
+    dX = layer.backward(dY)
+    Xt = t(X)
+    Yt = tfun(Xt)
+    Yt.backward(torch.tensor(dY))
+    close(Y, Yt.detach().numpy())
+    close(dX, Xt.grad.numpy())
+
+
+# ------------------------------------------------------------ finite differences
+def _numeric_grad(f, A, idx, h=1e-6):
+    out = []
+    for i in idx:
+        Ap, Am = A.copy(), A.copy()
+        Ap.flat[i] += h
+        Am.flat[i] -= h
+        out.append((f(Ap) - f(Am)) / (2 * h))
+    return np.array(out)
+
+
+def _check_layer_fd(layer, X, rng, n_checks=12, rtol=1e-6):
+    Y = layer.forward(X)
+    G = rng.normal(size=Y.shape)
+    dX = layer.backward(G)
+    grads = {k: v.copy() for k, v in layer.grads.items()}
+    idx = rng.choice(X.size, size=min(n_checks, X.size), replace=False)
+    num = _numeric_grad(lambda A: float(np.sum(layer.forward(A) * G)), X, idx)
+    np.testing.assert_allclose(dX.flat[idx], num, rtol=rtol, atol=rtol)
+    for key, P in list(layer.params.items()):
+        P0 = P.copy()
+
+        def f(A, key=key):
+            layer.params[key] = A
+            return float(np.sum(layer.forward(X) * G))
+
+        pidx = rng.choice(P.size, size=min(n_checks, P.size), replace=False)
+        num = _numeric_grad(f, P0, pidx)
+        layer.params[key] = P0
+        np.testing.assert_allclose(grads[key].flat[pidx], num, rtol=rtol, atol=rtol, err_msg=key)
+
+
+@pytest.mark.parametrize("make,shape", [
+    (lambda: Dense(4, random_state=0), (5, 3)),
+    (lambda: BatchNorm1D(), (6, 4)),
+    (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
+    (lambda: Conv2D(2, (2, 3), stride=(2, 1), padding=(0, 2), random_state=0), (2, 5, 4, 3)),
+    (lambda: MaxPool2D(3, stride=2, padding=1), (2, 7, 6, 2)),
+    (lambda: AvgPool2D(2, stride=1, padding=1), (2, 5, 6, 2)),
+    (lambda: Flatten(), (2, 3, 4, 2)),
+    (lambda: ReLU(), (4, 5)),
+    (lambda: Sigmoid(), (4, 5)),
+    (lambda: Tanh(), (4, 5)),
+    (lambda: Identity(), (4, 5)),
+    (lambda: Softmax(), (4, 5)),
+], ids=["dense", "batchnorm", "conv", "conv-rect", "maxpool", "avgpool", "flatten", "relu",
+        "sigmoid", "tanh", "identity", "softmax"])
+def test_layer_gradients_match_finite_differences(make, shape):
+    rng = np.random.default_rng(0)
+    _check_layer_fd(make(), rng.normal(size=shape), rng)
+
+
+@pytest.mark.parametrize("loss,target", [
+    (SoftmaxCrossEntropy(), lambda rng: rng.integers(0, 4, size=6)),
+    (LogisticLoss(), lambda rng: rng.integers(0, 2, size=6).astype(float)),
+    (MSELoss(), lambda rng: rng.normal(size=(6, 4))),
+], ids=["cross_entropy", "logistic", "mse"])
+def test_loss_gradients_match_finite_differences(loss, target):
+    rng = np.random.default_rng(1)
+    y = target(rng)
+    Z = rng.normal(size=(6, 1) if isinstance(loss, LogisticLoss) else (6, 4))
+    loss.forward(Z, y)
+    dZ = loss.backward()
+    num = _numeric_grad(lambda A: float(loss.forward(A, y)), Z, range(Z.size))
+    np.testing.assert_allclose(dZ.ravel(), num, rtol=1e-6, atol=1e-8)
+
+
+# --------------------------------------------------------------- every backend
+@pytest.mark.parametrize("make,shape", [
+    (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
+    (lambda: MaxPool2D(2, padding=1), (2, 5, 6, 2)),
+    (lambda: AvgPool2D(3, stride=2), (2, 7, 6, 2)),
+    (lambda: BatchNorm1D(), (6, 4)),
+    (lambda: Dense(3, random_state=0), (6, 4)),
+], ids=["conv", "maxpool", "avgpool", "batchnorm", "dense"])
+def test_layers_agree_across_libraries(xp, make, shape):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=shape)
+    ref = make()
+    Y = ref.forward(X)
+    G = rng.normal(size=Y.shape)
+    dX = ref.backward(G)
+    layer = make()
+    Yb = layer.forward(xp.asarray(X))
+    dXb = layer.backward(xp.asarray(G))
+    assert xp.is_native(Yb) and xp.is_native(dXb)
+    close(xp.to_numpy(Yb), Y, rtol=1e-12)
+    close(xp.to_numpy(dXb), dX, rtol=1e-12)
+    for k in ref.grads:
+        close(xp.to_numpy(layer.grads[k]), ref.grads[k], rtol=1e-12)
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="kernel_size"):
+        Conv2D(2, 0).forward(np.ones((1, 3, 3, 1)))
+    with pytest.raises(ValueError, match="stride"):
+        MaxPool2D(2, stride=(1, 2, 3)).forward(np.ones((1, 3, 3, 1)))
+    with pytest.raises(ValueError, match="in_channels=2"):
+        Conv2D(2, 1, in_channels=2).forward(np.ones((1, 3, 3, 1)))
+    with pytest.raises(ValueError, match="padding"):
+        MaxPool2D(2, padding=2).forward(np.ones((1, 6, 6, 1)))
+    with pytest.raises(ValueError, match="init"):
+        Dense(2, init="zeros").forward(np.ones((1, 3)))

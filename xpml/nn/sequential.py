@@ -1,0 +1,299 @@
+"""A stack of layers trained by minibatch gradient descent.
+
+``Sequential`` is the Keras-style model: it owns its layers, a loss and an
+optimiser; ``fit`` shuffles every epoch, runs forward, loss, backward and an
+optimiser step per minibatch, records the learning curve in ``history`` and can
+stop early on a validation loss. For scikit-learn pipelines use
+:class:`xpml.nn.NeuralNetClassifier`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from xpml._backend import enter
+from xpml.base import Persistable
+from xpml.nn._base import map_arrays
+from xpml.nn.losses import LogisticLoss, MSELoss, get_loss
+from xpml.nn.optim import get_optimiser
+from xpml.utils.validation import check_array, check_random_state
+
+__all__ = ["Sequential"]
+
+
+def _progress(epochs, verbose):
+    """Epoch iterator: a tqdm bar when verbose and tqdm is installed."""
+    if verbose:
+        try:
+            from tqdm.auto import tqdm
+
+            return tqdm(range(epochs), desc="epochs", leave=False)
+        except ImportError:
+            pass
+    return range(epochs)
+
+
+def _snapshot(layer):
+    return {k: dict(v) if isinstance(v, dict) else v
+            for k, v in vars(layer).items() if not k.startswith("_cache")}
+
+
+def _move_in_place(obj, fn):
+    """Apply ``fn`` to the arrays of ``obj`` (a layer or optimiser), keeping the object."""
+    if obj is None:
+        return
+    for k, v in list(vars(obj).items()):
+        if not k.startswith("_cache"):
+            setattr(obj, k, map_arrays(v, fn))
+
+
+class Sequential(Persistable):
+    """Layers applied in order, with a loss and an optimiser.
+
+    Parameters
+    ----------
+    layers : list of layers
+        E.g. ``[Conv2D(8, 3), ReLU(), MaxPool2D(2), Flatten(), Dense(10)]``. With
+        ``loss="cross_entropy"`` the last layer gives logits (no Softmax layer).
+    loss : {"cross_entropy", "logistic", "mse"} or loss object, default="cross_entropy"
+    optimizer : {"adam", "sgd", "momentum"} or optimiser object, default="adam"
+    learning_rate : float, optional
+        Used when ``optimizer`` is a name (default: the optimiser's own).
+    random_state : int, Generator or None
+        Seeds the weights (drawn on the host, so every backend gets the same
+        network) and the shuffling.
+
+    Attributes
+    ----------
+    history : dict of lists
+        Per epoch: ``"loss"`` (mean training loss over the epoch's minibatches)
+        and, with validation data, ``"val_loss"`` and ``"val_accuracy"``.
+    optimizer_ : optimiser object with its state.
+    loss_ : loss object.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from xpml.nn import Dense, ReLU
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 2)); y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    >>> model = Sequential([Dense(16), ReLU(), Dense(2)], learning_rate=0.05, random_state=0)
+    >>> model = model.fit(X, y, epochs=40, batch_size=20)
+    >>> model.history["loss"][-1] < 0.3 < model.history["loss"][0]
+    True
+    >>> model.evaluate(X, y)["accuracy"] > 0.9
+    True
+    """
+
+    def __init__(self, layers=None, *, loss="cross_entropy", optimizer="adam",
+                 learning_rate=None, random_state=None):
+        self.layers = layers
+        self.loss = loss
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ structure
+    def add(self, layer):
+        """Append a layer; returns self."""
+        if self.layers is None:
+            self.layers = []
+        self.layers.append(layer)
+        return self
+
+    def _layers(self):
+        if not self.layers:
+            raise ValueError("layers must be a non-empty list of layers; got "
+                             f"{self.layers!r}")
+        return self.layers
+
+    def train(self, mode=True):
+        """Training mode for every layer (``mode=False``: evaluation); returns self."""
+        for layer in self._layers():
+            layer.train(mode)
+        return self
+
+    def eval(self):
+        """Evaluation mode for every layer (BatchNorm uses running statistics)."""
+        return self.train(False)
+
+    def build(self, input_shape, *, xp, device=None, dtype=None, rng=None):
+        """Create every layer's parameters for samples of ``input_shape``."""
+        rng = check_random_state(self.random_state) if rng is None else rng
+        shape = tuple(input_shape)
+        for layer in self._layers():
+            if not layer.built:
+                own = getattr(layer, "random_state", None)
+                layer.build(shape, xp=xp, device=device, dtype=dtype,
+                            rng=rng if own is None else check_random_state(own))
+            shape = layer.output_shape(shape)
+        return self
+
+    def forward(self, X):
+        """The network output (logits for the classification losses)."""
+        for layer in self._layers():
+            X = layer.forward(X)
+        return X
+
+    def backward(self, dY):
+        """Back-propagate ``dY`` through every layer, filling their ``grads``."""
+        for layer in reversed(self._layers()):
+            dY = layer.backward(dY)
+        return dY
+
+    # ------------------------------------------------------------- training
+    def _enter(self, X, y=None):
+        ctx, (X, y) = enter(X, y, names=("X", "y"))
+        X = check_array(X, xp=ctx.xp, name="X", ndim=(2, 3, 4), requested=ctx.dtype)
+        for obj in self._layers() + [getattr(self, "optimizer_", None)]:
+            _move_in_place(obj, ctx.take)
+        if y is not None:
+            if int(y.shape[0]) != int(X.shape[0]):
+                raise ValueError(f"X and y have inconsistent numbers of samples: X has "
+                                 f"{X.shape[0]}, y has {y.shape[0]}")
+            if isinstance(self.loss_, MSELoss):
+                y = ctx.xp.astype(y, X.dtype)
+        return ctx, X, y
+
+    def fit(self, X, y, *, epochs=10, batch_size=32, shuffle=True, validation_data=None,
+            patience=None, min_delta=0.0, verbose=False):
+        """Train by minibatch gradient descent; returns self.
+
+        Parameters
+        ----------
+        X : array (n, ...) ; NHWC images for convolutional networks
+        y : array (n,)
+            Class codes ``0..k-1`` (cross-entropy), ``{0, 1}`` (logistic) or
+            targets (MSE).
+        epochs : int
+        batch_size : int
+        shuffle : bool
+            Reshuffle the samples before every epoch.
+        validation_data : (X_val, y_val), optional
+            Evaluated after every epoch (``history["val_loss"]``).
+        patience : int, optional
+            Early stopping: stop after ``patience`` epochs without the monitored
+            loss (validation loss when given, else training loss) improving by
+            ``min_delta``, and restore the best weights.
+        verbose : bool
+            A tqdm progress bar over the epochs (or one printed line per epoch
+            when tqdm is not installed).
+        """
+        for name, v, lo in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
+        if patience is not None and (not isinstance(patience, numbers.Integral) or patience < 1):
+            raise ValueError(f"patience must be None or an int >= 1; got {patience!r}")
+        self.loss_ = get_loss(self.loss)
+        if not hasattr(self, "optimizer_"):
+            self.optimizer_ = get_optimiser(self.optimizer, self.learning_rate)
+        ctx, X, y = self._enter(X, y)
+        xp, device = ctx.xp, ctx.device
+        rng = check_random_state(self.random_state)
+        self.build(tuple(X.shape[1:]), xp=xp, device=device, dtype=X.dtype, rng=rng)
+        n = int(X.shape[0])
+        history = {"loss": []}
+        if validation_data is not None:
+            history.update(val_loss=[], val_accuracy=[])
+        best, best_state, waited = float("inf"), None, 0
+        bar = _progress(epochs, verbose)
+        for epoch in bar:
+            self.train()
+            order = rng.permutation(n) if shuffle else None
+            idx = None if order is None else xp.asarray(order, device=device)
+            total = 0.0
+            for start in range(0, n, batch_size):
+                stop = min(start + batch_size, n)
+                if idx is None:
+                    Xb, yb = X[start:stop, ...], y[start:stop]
+                else:
+                    Xb, yb = xp.take(X, idx[start:stop], axis=0), xp.take(y, idx[start:stop])
+                loss = self.loss_.forward(self.forward(Xb), yb)
+                self.backward(self.loss_.backward())
+                self.optimizer_.step(self.layers)
+                total = total + loss * (stop - start)
+            history["loss"].append(float(total) / n)   # one device sync per epoch
+            monitored = history["loss"][-1]
+            if validation_data is not None:
+                scores = self.evaluate(*validation_data)
+                history["val_loss"].append(scores["loss"])
+                history["val_accuracy"].append(scores.get("accuracy", float("nan")))
+                monitored = scores["loss"]
+            self._report(bar, epoch, history, verbose)
+            if patience is not None:
+                if monitored < best - min_delta:
+                    best, waited = monitored, 0
+                    # arrays are replaced, never written into: references are a snapshot
+                    best_state = [_snapshot(layer) for layer in self.layers]
+                else:
+                    waited += 1
+                    if waited >= patience:
+                        break
+        if patience is not None and best_state is not None:
+            for layer, state in zip(self.layers, best_state):
+                layer.__dict__.update(state)
+        self.n_epochs_ = len(history["loss"])
+        self.history = history
+        self.eval()
+        return self
+
+    @staticmethod
+    def _report(bar, epoch, history, verbose):
+        if not verbose:
+            return
+        last = {k: round(v[-1], 5) for k, v in history.items()}
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(last)
+        else:
+            print(f"epoch {epoch + 1}: " + ", ".join(f"{k}={v}" for k, v in last.items()))
+
+    # ------------------------------------------------------------ inference
+    def _output(self, X):
+        self.eval()
+        return self.forward(X)
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n, k)`` (softmax, or sigmoid for the logistic loss)."""
+        ctx, X, _ = self._enter(X)
+        loss = get_loss(self.loss)
+        if not hasattr(loss, "proba"):
+            raise ValueError("predict_proba needs a classification loss "
+                             "('cross_entropy' or 'logistic'); this model uses 'mse'")
+        return ctx.out(loss.proba(self._output(X), xp=ctx.xp))
+
+    def predict(self, X):
+        """Class codes (classification losses) or the network output (MSE)."""
+        ctx, X, _ = self._enter(X)
+        return ctx.out(self._predict(self._output(X), ctx.xp))
+
+    def _predict(self, Z, xp):
+        loss = get_loss(self.loss)
+        if isinstance(loss, MSELoss):
+            return Z
+        if isinstance(loss, LogisticLoss):
+            return xp.astype(xp.reshape(Z, (-1,)) > 0, xp.int64)
+        return xp.argmax(Z, axis=1)
+
+    def evaluate(self, X, y, *, batch_size=1024):
+        """``{"loss": mean loss, "accuracy": ...}`` (accuracy for classification
+        losses) in evaluation mode, as Python floats."""
+        ctx, X, y = self._enter(X, y)
+        xp = ctx.xp
+        loss = get_loss(self.loss)
+        n = int(X.shape[0])
+        total, correct = 0.0, 0.0
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            Z = self._output(X[start:stop, ...])
+            total = total + loss.forward(Z, y[start:stop]) * (stop - start)
+            if not isinstance(loss, MSELoss):
+                pred = self._predict(Z, xp)
+                hit = pred == xp.astype(y[start:stop], pred.dtype)
+                correct = correct + xp.sum(xp.astype(hit, Z.dtype))
+        out = {"loss": float(total) / n}
+        if not isinstance(loss, MSELoss):
+            out["accuracy"] = float(correct) / n
+        return out
+
+    def __getstate__(self):
+        return dict(self.__dict__)
