@@ -1,0 +1,215 @@
+"""KernelRidge: scikit-learn parity, primal = dual, effective dof, the sine behaviour."""
+
+import warnings
+
+import array_api_compat.numpy as xnp
+import numpy as np
+import pytest
+
+from xpml.exceptions import InvalidParameterError
+from xpml.kernel_ridge import (
+    KernelRidge,
+    _cho_solve,
+    _inv_sq_frobenius,
+    _solve_triangular,
+)
+from xpml.kernels import poly2_features
+
+sk_kr = pytest.importorskip("sklearn.kernel_ridge")
+
+KERNELS = [
+    ("linear", {}),
+    ("rbf", {"gamma": 0.3}),
+    ("poly", {"degree": 2, "gamma": 0.5, "coef0": 1.0}),
+    ("sigmoid", {"gamma": 0.01, "coef0": 0.5}),
+    ("laplacian", {"gamma": 0.2}),
+]
+
+
+def _data(n=80, d=5, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    Y = np.stack([np.sin(X[:, 0]) + 0.1 * rng.normal(size=n) for _ in range(k)], axis=1)
+    Y += X[:, 1:2] * np.arange(k)
+    return X, Y, rng.normal(size=(30, d)), rng.uniform(0.1, 2.0, size=n)
+
+
+def _rel(a, b):
+    return np.abs(np.asarray(a) - np.asarray(b)).max() / max(np.abs(b).max(), 1e-300)
+
+
+@pytest.mark.parametrize("kernel,params", KERNELS, ids=[k for k, _ in KERNELS])
+def test_matches_sklearn_numpy(kernel, params):
+    """Predictions and dual coefficients equal scikit-learn's to 1e-8 (relative),
+    single and multi-output, with and without sample weights."""
+    X, Y, Xt, sw = _data()
+    for y in (Y, Y[:, 0]):
+        for w in (None, sw):
+            ours = KernelRidge(alpha=0.5, kernel=kernel, **params).fit(X, y, sample_weight=w)
+            ref = sk_kr.KernelRidge(alpha=0.5, kernel=kernel, **params).fit(X, y, sample_weight=w)
+            assert ours.predict(Xt).shape == ref.predict(Xt).shape
+            assert _rel(ours.predict(Xt), ref.predict(Xt)) < 1e-8
+            assert _rel(ours.dual_coef_, ref.dual_coef_) < 1e-8
+
+
+def test_matches_sklearn_on_every_backend(xp):
+    """rbf, multi-output, per-target alpha and sample weights: scikit-learn's
+    predictions to 1e-8 on numpy, read-only numpy, array_api_strict and torch."""
+    X, Y, Xt, sw = _data(n=300)  # > one 256-row block of the portable substitution
+    for alpha, w in ((0.7, None), ([0.1, 1.0, 10.0], sw)):
+        ref = sk_kr.KernelRidge(alpha=alpha, kernel="rbf", gamma=0.2).fit(X, Y, sample_weight=w)
+        ours = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.2).fit(
+            xp.asarray(X), xp.asarray(Y), sample_weight=None if w is None else xp.asarray(w))
+        pred = ours.predict(xp.asarray(Xt))
+        assert xp.is_native(pred)
+        assert _rel(xp.to_numpy(pred), ref.predict(Xt)) < 1e-8
+
+
+def test_precomputed_and_callable_kernels_agree_with_builtin(xp):
+    X, Y, Xt, _ = _data()
+    gamma = 0.3
+    base = KernelRidge(alpha=0.2, kernel="rbf", gamma=gamma).fit(X, Y).predict(Xt)
+
+    def d2(A, B):
+        return ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
+
+    K, Kt = np.exp(-gamma * d2(X, X)), np.exp(-gamma * d2(Xt, X))
+    pre = KernelRidge(alpha=0.2, kernel="precomputed").fit(xp.asarray(K), xp.asarray(Y))
+    assert _rel(xp.to_numpy(pre.predict(xp.asarray(Kt))), base) < 1e-10
+    ref = sk_kr.KernelRidge(alpha=0.2, kernel="precomputed").fit(K, Y)
+    assert _rel(xp.to_numpy(pre.predict(xp.asarray(Kt))), ref.predict(Kt)) < 1e-8
+
+    def my_rbf(A, B, *, xp, width):
+        sq = xp.sum(A * A, axis=1)[:, None] + xp.sum(B * B, axis=1)[None, :] - 2.0 * (A @ B.T)
+        return xp.exp(-sq / (2.0 * width**2))
+
+    width = (1.0 / (2.0 * gamma)) ** 0.5
+    cal = KernelRidge(alpha=0.2, kernel=my_rbf, kernel_params={"width": width})
+    got = cal.fit(xp.asarray(X), xp.asarray(Y)).predict(xp.asarray(Xt))
+    assert _rel(xp.to_numpy(got), base) < 1e-10
+
+
+def test_primal_equals_dual_with_explicit_feature_map(xp):
+    """Ridge on the explicit degree-2 map φ (φ·φ' = (x·z + c)²) and kernel ridge
+    with the poly kernel (gamma=1, degree=2, coef0=c) predict the same."""
+    X, Y, Xt, _ = _data(n=60, d=4)
+    c, lam = 1.5, 0.3
+    Phi = xp.to_numpy(poly2_features(xp.asarray(X), coef0=c))
+    Phit = xp.to_numpy(poly2_features(xp.asarray(Xt), coef0=c))
+    W = np.linalg.solve(Phi.T @ Phi + lam * np.eye(Phi.shape[1]), Phi.T @ Y)
+    dual = KernelRidge(alpha=lam, kernel="poly", gamma=1.0, degree=2, coef0=c)
+    got = xp.to_numpy(dual.fit(xp.asarray(X), xp.asarray(Y)).predict(xp.asarray(Xt)))
+    assert _rel(got, Phit @ W) < 1e-8
+    # and the dual coefficients map back to the primal weights: w = Φᵀc
+    assert _rel(Phi.T @ xp.to_numpy(dual.dual_coef_), W) < 1e-8
+
+
+def test_effective_dof_equals_eigenvalue_formula():
+    X, Y, _, sw = _data(n=70)
+    for alpha in (1e-3, 0.1, 1.0, 100.0):
+        kr = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.5).fit(X, Y[:, 0])
+        mu = np.linalg.eigvalsh(np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)))
+        assert abs(kr.effective_dof_ - np.sum(mu / (mu + alpha))) < 1e-8 * len(X)
+    # weighted: the dof of S K S
+    kr = KernelRidge(alpha=0.3, kernel="linear").fit(X, Y[:, 0], sample_weight=sw)
+    s = np.sqrt(sw)
+    mu = np.linalg.eigvalsh((X @ X.T) * np.outer(s, s))
+    assert abs(kr.effective_dof_ - np.sum(mu / (mu + 0.3))) < 1e-8
+    # one value per target when the alphas differ
+    kr = KernelRidge(alpha=[0.1, 1.0, 10.0], kernel="linear").fit(X, Y)
+    assert np.asarray(kr.effective_dof_).shape == (3,)
+    assert np.all(np.diff(np.asarray(kr.effective_dof_)) < 0)
+    assert KernelRidge(compute_dof=False).fit(X, Y).effective_dof_ is None
+
+
+def test_fifteen_noisy_sine_points_sigma_and_lambda_behaviour():
+    """Small σ memorises (training error ~0, dof ~n); large σ flattens (dof ~1,
+    training error ~ the spread of y); λ trades the same way."""
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(0.0, 1.0, 15))[:, None]
+    y = np.sin(2 * np.pi * x[:, 0]) + 0.2 * rng.normal(size=15)
+
+    def fit(sigma, lam):
+        kr = KernelRidge(alpha=lam, kernel="rbf", gamma=1.0 / (2 * sigma**2)).fit(x, y)
+        return np.sqrt(np.mean((kr.predict(x) - y) ** 2)), kr.effective_dof_, kr
+
+    err_small, dof_small, _ = fit(0.001, 1e-3)
+    err_mid, dof_mid, _ = fit(0.15, 1e-3)
+    err_big, dof_big, big = fit(10.0, 1e-3)
+    assert err_small < 1e-2 and dof_small > 14.9          # memorised
+    assert err_big > 0.5 * np.std(y) and dof_big < 3.0     # flattened
+    assert dof_small > dof_mid > dof_big
+    grid = np.linspace(0, 1, 200)[:, None]
+    f = big.predict(grid)                                  # no wiggles: nearly a line
+    line = np.polyval(np.polyfit(grid[:, 0], f, 1), grid[:, 0])
+    assert np.abs(f - line).max() < 0.05 * np.ptp(y)
+    # λ: more regularisation, fewer effective parameters, larger training error
+    errs, dofs = zip(*[fit(0.15, lam)[:2] for lam in (1e-6, 1e-3, 1e-1, 10.0)])
+    assert all(np.diff(dofs) < 0) and all(np.diff(errs) > 0)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_fast_and_portable_triangular_solves_agree(lib):
+    """The LAPACK/torch dispatch and the portable blocked substitution agree."""
+    rng = np.random.default_rng(1)
+    n = 600
+    A = rng.normal(size=(n, n))
+    A = A @ A.T / n + np.eye(n)
+    B = rng.normal(size=(n, 3))
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        import array_api_compat.torch as xp
+
+        A, B = torch.asarray(A), torch.asarray(B)
+    else:
+        xp = xnp
+    L = xp.linalg.cholesky(A)
+    for t in (False, True):
+        fast = np.asarray(_solve_triangular(L, B, xp=xp, transpose=t))
+        port = np.asarray(_solve_triangular(L, B, xp=xp, transpose=t, portable=True))
+        assert _rel(port, fast) < 1e-12
+    ref = np.linalg.solve(np.asarray(A), np.asarray(B))
+    assert _rel(np.asarray(_cho_solve(L, B, xp=xp)), ref) < 1e-10
+    assert _rel(np.asarray(_cho_solve(L, B, xp=xp, portable=True)), ref) < 1e-10
+    tr = np.trace(np.linalg.inv(np.asarray(A)))
+    assert abs(float(_inv_sq_frobenius(L, xp=xp)) - tr) < 1e-10 * tr
+    assert abs(float(_inv_sq_frobenius(L, xp=xp, portable=True)) - tr) < 1e-10 * tr
+
+
+def test_not_positive_definite_falls_back_to_least_squares():
+    X, Y, Xt, _ = _data(n=40)
+    K = X @ X.T  # rank 5: singular at alpha=0
+    y = Y[:, 0]
+    with pytest.warns(RuntimeWarning, match="least-squares"):
+        kr = KernelRidge(alpha=0.0, kernel="precomputed").fit(K, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = sk_kr.KernelRidge(alpha=0.0, kernel="precomputed").fit(K, y)
+    assert _rel(kr.predict(Xt @ X.T), ref.predict(Xt @ X.T)) < 1e-6
+    assert abs(kr.effective_dof_ - 5.0) < 1e-6  # tr(K K⁺) = rank
+
+
+def test_float32_and_input_not_modified():
+    X, Y, Xt, _ = _data()
+    K = (X @ X.T).copy()
+    K0 = K.copy()
+    KernelRidge(alpha=1.0, kernel="precomputed").fit(K, Y, sample_weight=np.ones(len(X)))
+    KernelRidge(alpha=1.0, kernel="precomputed").fit(K, Y)
+    np.testing.assert_array_equal(K, K0)
+    kr = KernelRidge(alpha=1.0, kernel="rbf").fit(X.astype(np.float32), Y.astype(np.float32))
+    p = kr.predict(Xt.astype(np.float32))
+    assert p.dtype == np.float32
+    ref = KernelRidge(alpha=1.0, kernel="rbf").fit(X, Y).predict(Xt)
+    assert _rel(p, ref) < 1e-4
+
+
+def test_errors_name_the_argument():
+    X, Y, _, _ = _data()
+    with pytest.raises(ValueError, match="square kernel matrix"):
+        KernelRidge(kernel="precomputed").fit(X, Y)
+    with pytest.raises(ValueError, match="alpha has 2 values but y has 3"):
+        KernelRidge(alpha=[1.0, 2.0]).fit(X, Y)
+    with pytest.raises(InvalidParameterError, match="'kernel'.*'rbf'"):
+        KernelRidge(kernel="gaussian").fit(X, Y)
+    with pytest.raises(InvalidParameterError, match="'alpha'"):
+        KernelRidge(alpha=-1.0).fit(X, Y)
