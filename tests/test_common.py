@@ -20,11 +20,12 @@ import xpml
 from xpml.base import clone
 from xpml.exceptions import NotFittedError
 from xpml.parity import DEFAULT_METHODS, fitted_arrays
-from xpml.utils.discovery import all_estimators
+from xpml.utils.discovery import all_estimators, import_errors
 
 from _data import blobs, linear
 
 ESTIMATORS = all_estimators()
+IMPORT_ERRORS = dict(import_errors)
 IDS = [name for name, _ in ESTIMATORS]
 
 
@@ -76,6 +77,10 @@ def Estimator(request):
 
 def test_registry_is_not_empty():
     assert "LinearRegression" in IDS
+
+
+def test_every_module_imports():
+    assert not IMPORT_ERRORS, f"modules that failed to import: {IMPORT_ERRORS}"
 
 
 def test_init_stores_parameters_only(Estimator):
