@@ -206,6 +206,13 @@ def test_inputs_not_modified(Estimator):
     np.testing.assert_array_equal(X, X0)
     if y is not None:
         np.testing.assert_array_equal(y, y0)
+    # torch shares the memory of NumPy input it is given: no in-place writes there either
+    pytest.importorskip("torch")
+    with xpml.backend("torch"):
+        _outputs(_fit(clone(est), X, y), X)
+    np.testing.assert_array_equal(X, X0)
+    if y is not None:
+        np.testing.assert_array_equal(y, y0)
 
 
 def test_invalid_parameter_message(Estimator):
