@@ -1,0 +1,217 @@
+"""k-NN: scikit-learn brute-force parity on digits, tiling, ties, the k-d tree and
+the approximate mode's recall, on every array library."""
+
+import numpy as np
+import pytest
+
+from xpml.neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors, recall_at_k
+from xpml.neighbors._search import exhaustive_kneighbors, topk_smallest
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    return X[:1200], y[:1200], X[1200:], y[1200:]
+
+
+@pytest.mark.parametrize("k", [1, 5, 15])
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_classifier_equals_sklearn_brute_on_digits(digits, k, weights):
+    from sklearn.neighbors import KNeighborsClassifier as SK
+
+    Xtr, ytr, Xte, _ = digits
+    ours = KNeighborsClassifier(n_neighbors=k, weights=weights).fit(Xtr, ytr)
+    ref = SK(n_neighbors=k, weights=weights, algorithm="brute").fit(Xtr, ytr)
+    np.testing.assert_array_equal(ours.predict(Xte), ref.predict(Xte))
+    P, R = ours.predict_proba(Xte), ref.predict_proba(Xte)
+    rows = np.nonzero(np.abs(P - R).max(axis=1) > 1e-12)[0]
+    # probabilities differ only where the k-th distance is tied (see the tie rule)
+    for r in rows:
+        dist = np.sum((Xtr - Xte[r]) ** 2, axis=1)
+        assert np.sum(dist == np.sort(dist)[k - 1]) > 1
+    assert len(rows) <= 2
+
+
+def test_kneighbors_distances_equal_sklearn_on_digits(digits):
+    from sklearn.neighbors import NearestNeighbors as SN
+
+    Xtr, _, Xte, _ = digits
+    d, i = NearestNeighbors(n_neighbors=15).fit(Xtr).kneighbors(Xte)
+    sd, si = SN(n_neighbors=15, algorithm="brute").fit(Xtr).kneighbors(Xte)
+    np.testing.assert_allclose(d, sd, rtol=1e-12)
+    # same neighbour sets except where the k-th distance is tied (sklearn may keep
+    # a larger index there; we keep the smaller one)
+    differ = [r for r in range(len(i)) if set(i[r]) != set(si[r])]
+    for r in differ:
+        dist = np.sum((Xtr - Xte[r]) ** 2, axis=1)
+        assert np.sum(dist == np.sort(dist)[14]) > 1
+    assert len(differ) < 0.02 * len(i)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_regressor_equals_sklearn(weights, rng):
+    from sklearn.neighbors import KNeighborsRegressor as SK
+
+    X = rng.normal(size=(300, 4))
+    y = np.stack([X[:, 0] - X[:, 1] ** 2, X[:, 2]], axis=1)
+    Q = np.concatenate([rng.normal(size=(50, 4)), X[:5]])  # X[:5]: zero distances
+    for yy in (y[:, 0], y):
+        ours = KNeighborsRegressor(n_neighbors=7, weights=weights).fit(X, yy).predict(Q)
+        ref = SK(n_neighbors=7, weights=weights, algorithm="brute").fit(X, yy).predict(Q)
+        np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_tie_rule_smaller_index_first():
+    X = np.array([[1.0], [-1.0], [1.0], [-1.0], [3.0]])
+    d, i = NearestNeighbors(n_neighbors=3).fit(X).kneighbors(np.array([[0.0]]))
+    assert i.tolist() == [[0, 1, 2]]
+    assert d.tolist() == [[1.0, 1.0, 1.0]]
+    # vote tie between classes 0 and 1 goes to the smaller label
+    y = np.array([1, 0, 1, 0, 1])
+    assert KNeighborsClassifier(n_neighbors=4).fit(X, y).predict(np.array([[0.0]])).tolist() == [0]
+
+
+def test_k_greater_than_n_raises():
+    X = np.arange(6.0).reshape(3, 2)
+    est = NearestNeighbors(n_neighbors=4).fit(X)
+    with pytest.raises(ValueError, match="n_neighbors = 4, n_samples_fit = 3"):
+        est.kneighbors(X)
+    with pytest.raises(ValueError, match="X is None"):
+        NearestNeighbors(n_neighbors=3).fit(X).kneighbors()
+    with pytest.raises(ValueError, match="n_neighbors"):
+        est.kneighbors(X, n_neighbors=0)
+
+
+def test_kneighbors_without_X_excludes_self(digits):
+    from sklearn.neighbors import NearestNeighbors as SN
+
+    X = np.array([[0.0], [0.0], [1.0], [5.0]])  # 0 and 1 are duplicates
+    d, i = NearestNeighbors(n_neighbors=2).fit(X).kneighbors()
+    assert i.tolist() == [[1, 2], [0, 2], [0, 1], [2, 0]]
+    Xtr = digits[0][:300]
+    d, _ = NearestNeighbors(n_neighbors=5).fit(Xtr).kneighbors()
+    sd, _ = SN(n_neighbors=5, algorithm="brute").fit(Xtr).kneighbors()
+    np.testing.assert_allclose(d, sd, rtol=1e-12)
+
+
+def test_partition_topk_agrees_with_portable_sort(xp, rng):
+    # integer data: many exact ties, including at the k-th value
+    D = rng.integers(0, 6, size=(40, 50)).astype(np.float64)
+    for k in (1, 3, 7, 50):
+        v1, p1 = topk_smallest(xp.asarray(D), k, xp=xp.xp)
+        v2, p2 = topk_smallest(xp.asarray(D), k, xp=xp.xp, portable=True)
+        np.testing.assert_array_equal(xp.to_numpy(p1), xp.to_numpy(p2))
+        np.testing.assert_array_equal(xp.to_numpy(v1), xp.to_numpy(v2))
+        ref = np.lexsort((np.broadcast_to(np.arange(50), D.shape), D), axis=-1)[:, :k]
+        np.testing.assert_array_equal(xp.to_numpy(p1), ref)
+
+
+def test_tiled_search_equals_one_block(xp, rng):
+    X = np.round(2 * rng.normal(size=(97, 3))) / 2  # halves: exact arithmetic, ties
+    Q = np.round(2 * rng.normal(size=(31, 3))) / 2
+    Xb, Qb = xp.asarray(X), xp.asarray(Q)
+    d0, i0 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp)
+    d1, i1 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp, block_rows=4, block_cols=10)
+    d2, i2 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp, block_rows=7, block_cols=3)
+    for d, i in ((d1, i1), (d2, i2)):
+        np.testing.assert_array_equal(xp.to_numpy(i), xp.to_numpy(i0))
+        np.testing.assert_array_equal(xp.to_numpy(d), xp.to_numpy(d0))
+    # the memory budget drives the tiling too
+    d3, i3 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp, memory_budget=2000)
+    np.testing.assert_array_equal(xp.to_numpy(i3), xp.to_numpy(i0))
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_kd_tree_equals_exhaustive(d, rng):
+    X = rng.normal(size=(2000, d))
+    Q = rng.normal(size=(300, d))
+    de, ie = NearestNeighbors(n_neighbors=7).fit(X).kneighbors(Q)
+    for leaf_size in (1, 30):
+        dk, ik = NearestNeighbors(n_neighbors=7, algorithm="kd_tree",
+                                  leaf_size=leaf_size).fit(X).kneighbors(Q)
+        np.testing.assert_array_equal(ik, ie)
+        np.testing.assert_array_equal(dk, de)
+
+
+def test_kd_tree_equals_exhaustive_with_ties(digits, rng):
+    # integer grid points: exact ties everywhere, and duplicates
+    X = rng.integers(0, 5, size=(500, 3)).astype(float)
+    Q = rng.integers(0, 5, size=(100, 3)).astype(float)
+    for Xt, Qt in ((X, Q), (digits[0], digits[2][:200])):
+        de, ie = NearestNeighbors(n_neighbors=15).fit(Xt).kneighbors(Qt)
+        dk, ik = NearestNeighbors(n_neighbors=15, algorithm="kd_tree").fit(Xt).kneighbors(Qt)
+        np.testing.assert_array_equal(ik, ie)
+        np.testing.assert_array_equal(dk, de)
+    y = rng.integers(0, 3, size=500)
+    a = KNeighborsClassifier(n_neighbors=9, algorithm="kd_tree").fit(X, y).predict(Q)
+    b = KNeighborsClassifier(n_neighbors=9).fit(X, y).predict(Q)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_approximate_recall_at_default_setting(rng):
+    """Recall@5 of approx_kd_tree at max_leaves=16 (the default), as documented."""
+    recalls = {}
+    for d in (3, 8):
+        X = rng.normal(size=(5000, d))
+        Q = rng.normal(size=(1000, d))
+        _, exact = NearestNeighbors(n_neighbors=5).fit(X).kneighbors(Q)
+        est = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree").fit(X)
+        assert est.max_leaves == 16
+        _, approx = est.kneighbors(Q)
+        recalls[d] = recall_at_k(approx, exact)
+        # more leaves never hurts; max_leaves >= n_leaves is exact
+        _, more = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree",
+                                   max_leaves=64).fit(X).kneighbors(Q)
+        assert recall_at_k(more, exact) >= recalls[d]
+        _, full = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree",
+                                   max_leaves=10**6).fit(X).kneighbors(Q)
+        np.testing.assert_array_equal(full, exact)
+    print(f"approx_kd_tree recall@5 at max_leaves=16: {recalls}")
+    assert recalls[3] >= 0.995
+    assert recalls[8] >= 0.88
+
+
+def test_approximate_returns_k_even_with_tiny_budget(rng):
+    X = rng.normal(size=(200, 2))
+    d, i = NearestNeighbors(n_neighbors=20, algorithm="approx_kd_tree", leaf_size=3,
+                            max_leaves=1).fit(X).kneighbors(X[:10])
+    assert i.shape == (10, 20) and np.all(i < 200) and np.all(np.isfinite(d))
+
+
+@pytest.mark.parametrize("algorithm", ["brute", "kd_tree"])
+def test_backends_give_numpy_results(xp, digits, algorithm):
+    Xtr, ytr, Xte, _ = digits
+    Xtr, ytr, Xte = Xtr[:400], ytr[:400], Xte[:100]
+    ref = KNeighborsClassifier(n_neighbors=5, algorithm=algorithm).fit(Xtr, ytr)
+    est = KNeighborsClassifier(n_neighbors=5, algorithm=algorithm).fit(xp.asarray(Xtr),
+                                                                       xp.asarray(ytr))
+    pred = est.predict(xp.asarray(Xte))
+    assert xp.is_native(pred)
+    np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(Xte))
+    d, i = est.kneighbors(xp.asarray(Xte))
+    rd, ri = ref.kneighbors(Xte)
+    assert xp.is_native(d) and xp.is_native(i)
+    np.testing.assert_array_equal(xp.to_numpy(i), ri)
+    np.testing.assert_allclose(xp.to_numpy(d), rd, rtol=1e-12)
+    y = Xtr[:, 10]
+    r = KNeighborsRegressor(n_neighbors=5, weights="distance", algorithm=algorithm)
+    got = r.fit(xp.asarray(Xtr), xp.asarray(y)).predict(xp.asarray(Xte))
+    want = KNeighborsRegressor(n_neighbors=5, weights="distance",
+                               algorithm=algorithm).fit(Xtr, y).predict(Xte)
+    np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-12)
+
+
+def test_callable_weights_and_bad_parameters(rng):
+    from xpml.exceptions import InvalidParameterError
+
+    X = rng.normal(size=(50, 2))
+    y = (X[:, 0] > 0).astype(int)
+    a = KNeighborsClassifier(weights=lambda dist, **kw: 1.0 / (dist + 1.0)).fit(X, y)
+    b = KNeighborsClassifier(weights=lambda dist: 1.0 / (dist + 1.0)).fit(X, y)
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X))
+    with pytest.raises(InvalidParameterError, match="algorithm.*'brute'"):
+        KNeighborsClassifier(algorithm="ball_tree").fit(X, y)
+    with pytest.raises(InvalidParameterError, match="weights"):
+        KNeighborsClassifier(weights="gaussian").fit(X, y)

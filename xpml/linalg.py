@@ -1,0 +1,111 @@
+"""Compact SVD and the pseudo-inverse built from it.
+
+The compact (reduced-rank) SVD keeps only the ``r`` singular values above a
+relative cut-off, ``A ≈ U_r diag(s_r) V_rᵀ``; the Moore–Penrose pseudo-inverse
+is then ``A⁺ = V_r diag(1/s_r) U_rᵀ``. Both are written on the array API and
+run on any backend; results come back in the caller's library.
+"""
+
+from __future__ import annotations
+
+from xpml._backend import enter
+from xpml.utils.validation import check_array
+
+__all__ = ["compact_svd", "pinv", "svd_flip"]
+
+
+def _eps(dtype, xp):
+    return 1.1920929e-07 if dtype == xp.float32 else 2.220446049250313e-16
+
+
+def _rank_cutoff(s, shape, dtype, rtol, *, xp):
+    """Number of singular values above ``rtol · s_max`` (default ``max(n, d)·eps``)."""
+    if rtol is None:
+        rtol = max(shape) * _eps(dtype, xp)
+    if s.shape[0] == 0:
+        return 0
+    return int(xp.sum(xp.astype(s > rtol * s[0], xp.int64)))
+
+
+def svd_flip(U, Vt, /, *, xp):
+    """Deterministic signs: the largest-magnitude entry of each row of ``Vt`` is
+    positive (scikit-learn's ``svd_flip(u_based_decision=False)``); ``U``'s
+    columns flip with them so ``U diag(s) Vt`` is unchanged."""
+    k = Vt.shape[0]
+    if k == 0:
+        return U, Vt
+    cols = xp.argmax(xp.abs(Vt), axis=1)
+    picked = xp.take_along_axis(Vt, cols[:, None], axis=1)[:, 0]
+    one = xp.ones((), dtype=Vt.dtype, device=getattr(Vt, "device", None))
+    signs = xp.where(picked < 0, -one, one)
+    return U * signs[None, :], Vt * signs[:, None]
+
+
+def _compact_svd(A, /, *, xp, rtol=None):
+    U, s, Vt = xp.linalg.svd(A, full_matrices=False)
+    r = _rank_cutoff(s, A.shape, A.dtype, rtol, xp=xp)
+    return U[:, :r], s[:r], Vt[:r, :]
+
+
+def _pinv(A, /, *, xp, rtol=None):
+    U, s, Vt = _compact_svd(A, xp=xp, rtol=rtol)
+    return (Vt.T / s[None, :]) @ U.T
+
+
+def compact_svd(A, *, rtol=None):
+    """Compact SVD ``A = U diag(s) Vt`` with the zero singular values dropped.
+
+    Parameters
+    ----------
+    A : array (n, d)
+    rtol : float, optional
+        Singular values ``<= rtol · s_max`` count as zero. Default
+        ``max(n, d) · eps`` of ``A``'s dtype.
+
+    Returns
+    -------
+    U : array (n, r)
+    s : array (r,)
+        Singular values in decreasing order, all above the cut-off.
+    Vt : array (r, d)
+        ``r`` is the numerical rank.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> A = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])   # rank 1
+    >>> U, s, Vt = compact_svd(A)
+    >>> U.shape, s.shape, Vt.shape
+    ((3, 1), (1,), (1, 2))
+    >>> bool(np.allclose(U * s @ Vt, A))
+    True
+    """
+    ctx, (A,) = enter(A, names=("A",))
+    A = check_array(A, xp=ctx.xp, name="A", requested=ctx.dtype)
+    U, s, Vt = _compact_svd(A, xp=ctx.xp, rtol=rtol)
+    return ctx.out(U), ctx.out(s), ctx.out(Vt)
+
+
+def pinv(A, *, rtol=None):
+    """Moore–Penrose pseudo-inverse ``A⁺ = V diag(1/s) Uᵀ`` from the compact SVD.
+
+    Parameters
+    ----------
+    A : array (n, d)
+    rtol : float, optional
+        Relative cut-off for zero singular values (see :func:`compact_svd`).
+
+    Returns
+    -------
+    A_pinv : array (d, n)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> A = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+    >>> bool(np.allclose(pinv(A), np.linalg.pinv(A)))
+    True
+    """
+    ctx, (A,) = enter(A, names=("A",))
+    A = check_array(A, xp=ctx.xp, name="A", requested=ctx.dtype)
+    return ctx.out(_pinv(A, xp=ctx.xp, rtol=rtol))
