@@ -226,6 +226,10 @@ def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, reques
     return y
 
 
+_CONTINUOUS = ("Unknown label type: continuous. {name} holds non-integer floats, which look like "
+               "a regression target; class labels must be integers, strings or integral floats")
+
+
 def encode_labels(y, *, name="y", min_classes=2):
     """Map class labels to integer codes ``0..k-1``, in ``y``'s own library.
 
@@ -251,6 +255,8 @@ def encode_labels(y, *, name="y", min_classes=2):
     if isinstance(y, np.ndarray):
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
             raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+        if y.dtype.kind == "f" and not np.all(y == np.round(y)):
+            raise ValueError(_CONTINUOUS.format(name=name))
         if y.dtype.kind == "O":
             kinds = {type(v) for v in y.tolist()}
             if len(kinds) > 1 and not all(issubclass(k, numbers.Number) for k in kinds):
@@ -264,6 +270,8 @@ def encode_labels(y, *, name="y", min_classes=2):
         xp = array_api_compat.array_namespace(y)
         if xp.isdtype(y.dtype, "real floating") and not bool(xp.all(xp.isfinite(y))):
             raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+        if xp.isdtype(y.dtype, "real floating") and not bool(xp.all(y == xp.round(y))):
+            raise ValueError(_CONTINUOUS.format(name=name))
         classes, codes = xp.unique_inverse(y)
         codes = xp.astype(xp.reshape(codes, (-1,)), xp.int64)
     k = int(classes.shape[0])
