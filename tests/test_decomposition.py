@@ -1,0 +1,113 @@
+"""PCA and TruncatedSVD against scikit-learn on digits, and across array libraries."""
+
+import numpy as np
+import pytest
+
+from xpml.decomposition import PCA, TruncatedSVD
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    return load_digits().data
+
+
+def _match_up_to_sign(A, B, atol):
+    signs = np.sign(np.sum(A * B, axis=1))
+    np.testing.assert_allclose(A * signs[:, None], B, rtol=0, atol=atol)
+
+
+def test_pca_equals_sklearn_on_digits(digits):
+    from sklearn.decomposition import PCA as SK
+
+    ours, ref = PCA().fit(digits), SK(svd_solver="full").fit(digits)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_,
+                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=1e-10,
+                               atol=1e-10)
+    # components with distinct, non-zero variances are defined up to sign
+    ev = ours.explained_variance_
+    distinct = ev > 1e-8 * ev[0]
+    _match_up_to_sign(ours.components_[distinct], ref.components_[distinct], 1e-8)
+    # the sign convention is scikit-learn's: largest-magnitude entry positive
+    C = ours.components_[distinct]
+    assert np.all(C[np.arange(len(C)), np.argmax(np.abs(C), axis=1)] > 0)
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_components", [0.5, 0.9, 0.95, 0.999, 10])
+def test_variance_fraction_chooses_k_like_sklearn(digits, n_components):
+    from sklearn.decomposition import PCA as SK
+
+    ours = PCA(n_components).fit(digits)
+    ref = SK(n_components, svd_solver="full").fit(digits)
+    assert ours.n_components_ == ref.n_components_
+    if isinstance(n_components, float):
+        assert ours.explained_variance_ratio_.sum() >= n_components
+        assert ours.explained_variance_ratio_[:-1].sum() < n_components
+    np.testing.assert_allclose(ours.noise_variance_, ref.noise_variance_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_transform_inverse_transform(digits, whiten):
+    from sklearn.decomposition import PCA as SK
+
+    ours = PCA(20, whiten=whiten).fit(digits)
+    ref = SK(20, whiten=whiten, svd_solver="full").fit(digits)
+    Z, R = ours.transform(digits), ref.transform(digits)
+    signs = np.sign(np.sum(Z * R, axis=0))
+    np.testing.assert_allclose(Z * signs, R, atol=1e-9)
+    np.testing.assert_allclose(ours.fit_transform(digits) * signs, R, atol=1e-9)
+    np.testing.assert_allclose(ours.inverse_transform(Z), ref.inverse_transform(R), atol=1e-9)
+    if whiten:
+        np.testing.assert_allclose(np.var(Z, axis=0, ddof=1), 1.0, rtol=1e-10)
+    # all components: the round trip is exact
+    full = PCA(whiten=whiten).fit(digits)
+    np.testing.assert_allclose(full.inverse_transform(full.transform(digits)), digits,
+                               atol=1e-9)
+
+
+def test_pca_errors(digits):
+    with pytest.raises(ValueError, match="n_components=100 must be between 1 and"):
+        PCA(100).fit(digits[:50, :10])
+    with pytest.raises(ValueError, match="1 sample"):
+        PCA().fit(digits[:1])
+    with pytest.raises(ValueError, match="expecting 3 features"):
+        PCA(3).fit(digits).inverse_transform(np.zeros((2, 4)))
+
+
+def test_truncated_svd_equals_sklearn(digits):
+    from sklearn.decomposition import TruncatedSVD as SK
+
+    ours = TruncatedSVD(10, algorithm="full").fit(digits)
+    ref = SK(10, algorithm="arpack").fit(digits)
+    _match_up_to_sign(ours.components_, ref.components_, 1e-8)
+    np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=1e-10)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_,
+                               atol=1e-10)
+    # the randomized range finder (5 power iterations) is close to the exact SVD
+    rand = TruncatedSVD(10, random_state=0).fit(digits)
+    np.testing.assert_allclose(rand.singular_values_, ours.singular_values_, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(rand.transform(digits)), np.abs(ours.transform(digits)),
+                               rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("Est,params", [(PCA, {"n_components": 0.9, "whiten": True}),
+                                        (TruncatedSVD, {"n_components": 5, "random_state": 0}),
+                                        (TruncatedSVD, {"n_components": 5, "algorithm": "full"})])
+def test_backends_give_numpy_results(xp, digits, Est, params):
+    X = digits[:300]
+    ref = Est(**params).fit(X)
+    est = Est(**params).fit(xp.asarray(X))
+    for name in ("components_", "explained_variance_ratio_", "singular_values_"):
+        a = getattr(est, name)
+        assert xp.is_native(a)
+        np.testing.assert_allclose(xp.to_numpy(a), getattr(ref, name), atol=1e-8)
+    Z = est.transform(xp.asarray(X))
+    assert xp.is_native(Z)
+    np.testing.assert_allclose(xp.to_numpy(Z), ref.transform(X), atol=1e-7)
+    back = est.inverse_transform(Z)
+    np.testing.assert_allclose(xp.to_numpy(back), ref.inverse_transform(ref.transform(X)),
+                               atol=1e-7)

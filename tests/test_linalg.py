@@ -1,0 +1,42 @@
+"""Compact SVD and the pseudo-inverse, against NumPy, on every array library."""
+
+import numpy as np
+import pytest
+
+from xpml.linalg import compact_svd, pinv
+
+
+def _rank_deficient(rng, n=30, d=8, r=3):
+    return rng.normal(size=(n, r)) @ rng.normal(size=(r, d))
+
+
+def test_compact_svd_drops_zero_singular_values(xp, rng):
+    A = _rank_deficient(rng)
+    U, s, Vt = compact_svd(xp.asarray(A))
+    assert xp.is_native(U) and xp.is_native(s)
+    U, s, Vt = map(xp.to_numpy, (U, s, Vt))
+    assert U.shape == (30, 3) and s.shape == (3,) and Vt.shape == (3, 8)
+    np.testing.assert_allclose((U * s) @ Vt, A, atol=1e-12)
+    np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(Vt @ Vt.T, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(s, np.linalg.svd(A, compute_uv=False)[:3], rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape,rank", [((30, 8), 3), ((8, 30), 8), ((10, 10), 10), ((6, 6), 0)])
+def test_pinv_equals_numpy(xp, rng, shape, rank):
+    n, d = shape
+    A = _rank_deficient(rng, n, d, rank) if rank else np.zeros(shape)
+    P = xp.to_numpy(pinv(xp.asarray(A)))
+    np.testing.assert_allclose(P, np.linalg.pinv(A), atol=1e-10)
+    # the four Penrose conditions
+    np.testing.assert_allclose(A @ P @ A, A, atol=1e-10)
+    np.testing.assert_allclose(P @ A @ P, P, atol=1e-10)
+    np.testing.assert_allclose((A @ P).T, A @ P, atol=1e-10)
+    np.testing.assert_allclose((P @ A).T, P @ A, atol=1e-10)
+
+
+def test_rtol_cuts_small_singular_values(rng):
+    A = np.diag([1.0, 1e-3, 1e-9])
+    assert compact_svd(A)[1].shape == (3,)
+    assert compact_svd(A, rtol=1e-6)[1].shape == (2,)
+    np.testing.assert_allclose(pinv(A, rtol=1e-6), np.diag([1.0, 1e3, 0.0]))
