@@ -29,6 +29,15 @@ F = torch.nn.functional
 RTOL = 1e-10
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny torch ops on a shared 2-core machine: extra threads only spin."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def close(got, want, rtol=RTOL):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape

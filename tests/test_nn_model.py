@@ -1,0 +1,231 @@
+"""Sequential training, optimisers, initialisers and the estimator wrapper; the digits CNN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xpml
+from xpml.nn import (
+    SGD,
+    Adam,
+    BatchNorm1D,
+    Conv2D,
+    Dense,
+    Flatten,
+    MaxPool2D,
+    Momentum,
+    NeuralNetClassifier,
+    ReLU,
+    Sequential,
+    he_normal,
+    xavier_uniform,
+)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Many small torch ops on a shared 2-core machine: extra threads only spin."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16.0).reshape(-1, 8, 8, 1)
+    return train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
+
+
+def digits_cnn(seed=0):
+    return Sequential([Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+                      learning_rate=0.005, random_state=seed)
+
+
+EPOCHS = 20
+
+
+@pytest.fixture(scope="module")
+def numpy_run(digits):
+    Xtr, Xte, ytr, yte = digits
+    return digits_cnn().fit(Xtr, ytr, epochs=EPOCHS, batch_size=32)
+
+
+def test_cnn_on_digits_reaches_97_percent(numpy_run, digits):
+    _, Xte, _, yte = digits
+    scores = numpy_run.evaluate(Xte, yte)
+    assert scores["accuracy"] >= 0.97, scores
+    curve = numpy_run.history["loss"]
+    assert len(curve) == EPOCHS <= 30 and curve[-1] < 0.1 < curve[0]
+
+
+def test_cnn_on_torch_gives_the_same_loss_curve(numpy_run, digits):
+    Xtr, Xte, ytr, yte = digits
+    model = digits_cnn().fit(torch.asarray(Xtr), torch.asarray(ytr), epochs=EPOCHS, batch_size=32)
+    assert isinstance(model.layers[0].params["W"], torch.Tensor)
+    np.testing.assert_allclose(model.history["loss"], numpy_run.history["loss"], rtol=1e-6)
+    P = model.predict_proba(torch.asarray(Xte))
+    assert isinstance(P, torch.Tensor)
+    np.testing.assert_allclose(P.numpy(), numpy_run.predict_proba(Xte), rtol=1e-6, atol=1e-9)
+
+
+def test_cnn_runs_on_array_api_strict(digits):
+    xps = pytest.importorskip("array_api_strict")
+    Xtr, _, ytr, _ = digits
+    Xs, ys = Xtr[:200], ytr[:200]
+    ref = digits_cnn().fit(Xs, ys, epochs=2, batch_size=50)
+    model = digits_cnn().fit(xps.asarray(Xs), xps.asarray(ys), epochs=2, batch_size=50)
+    np.testing.assert_allclose(model.history["loss"], ref.history["loss"], rtol=1e-10)
+    pred = model.predict(xps.asarray(Xs))
+    assert type(pred).__module__.startswith("array_api_strict")
+    np.testing.assert_array_equal(np.asarray(pred), ref.predict(Xs))
+
+
+# -------------------------------------------------------------- optimisers
+@pytest.mark.parametrize("ours,theirs", [
+    (lambda: SGD(0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
+    (lambda: Momentum(0.05, momentum=0.8), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8)),
+    (lambda: Adam(0.01, beta1=0.8, beta2=0.99, eps=1e-7),
+     lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=1e-7)),
+], ids=["sgd", "momentum", "adam"])
+def test_optimisers_match_torch(ours, theirs):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(16, 3)), rng.normal(size=(16, 2))
+    model = Sequential([Dense(4, random_state=0), ReLU(), Dense(2, random_state=1)],
+                       loss="mse", optimizer=ours())
+    model.build((3,), xp=xpml._backend._namespace("numpy"))
+    params = [torch.tensor(layer.params[k], requires_grad=True)
+              for layer in model.layers for k in ("W", "b") if layer.params]
+    opt = theirs(params)
+    for _ in range(5):
+        model.loss_ = xpml.nn.MSELoss()
+        model.loss_.forward(model.forward(X), y)
+        model.backward(model.loss_.backward())
+        model.optimizer.step(model.layers)
+        opt.zero_grad()
+        W1, b1, W2, b2 = params
+        out = torch.relu(torch.tensor(X) @ W1 + b1) @ W2 + b2
+        torch.nn.functional.mse_loss(out, torch.tensor(y)).backward()
+        opt.step()
+    ours_ = [layer.params[k] for layer in model.layers for k in ("W", "b") if layer.params]
+    for a, b in zip(ours_, params):
+        np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------ initialisers
+def test_initialisers_are_seeded_and_scaled(xp):
+    rng = np.random.default_rng(0)
+    W = he_normal((500, 400), 500, 400, rng)
+    assert abs(W.std() - np.sqrt(2 / 500)) < 0.01 * np.sqrt(2 / 500)
+    U = xavier_uniform((300, 200), 300, 200, rng)
+    a = np.sqrt(6 / 500)
+    assert U.max() <= a and U.min() >= -a and abs(U.max() - a) < 0.01 * a
+    X = np.ones((2, 6, 6, 3))
+    ref = Conv2D(4, 3, random_state=7, init="xavier")
+    ref.forward(X)
+    other = Conv2D(4, 3, random_state=7, init="xavier")
+    other.forward(xp.asarray(X))
+    np.testing.assert_array_equal(xp.to_numpy(other.params["W"]), ref.params["W"])
+
+
+# ---------------------------------------------------------- the Sequential
+def test_batchnorm_train_and_eval_modes():
+    rng = np.random.default_rng(0)
+    X = rng.normal(loc=5.0, size=(64, 3))
+    y = (X[:, 0] > 5.0).astype(int)
+    model = Sequential([Dense(8), BatchNorm1D(), ReLU(), Dense(2)], learning_rate=0.01,
+                       random_state=0)
+    model.fit(X, y, epochs=5, batch_size=16)
+    bn = model.layers[1]
+    assert not bn.training                                  # fit ends in evaluation mode
+    assert np.all(np.abs(bn.running_mean) > 0)              # statistics were tracked
+    Y_eval = bn.forward(model.layers[0].forward(X))
+    model.train()
+    Y_train = bn.forward(model.layers[0].forward(X))
+    np.testing.assert_allclose(Y_train.mean(axis=0), bn.params["beta"], atol=1e-10)
+    assert not np.allclose(Y_eval, Y_train)
+
+
+def test_early_stopping_restores_the_best_weights():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 4)), rng.integers(0, 2, size=60)
+    Xv, yv = rng.normal(size=(30, 4)), rng.integers(0, 2, size=30)   # pure noise: overfits
+    model = Sequential([Dense(64), ReLU(), Dense(2)], learning_rate=0.05, random_state=0)
+    model.fit(X, y, epochs=200, batch_size=10, validation_data=(Xv, yv), patience=3)
+    val = model.history["val_loss"]
+    assert model.n_epochs_ < 200 and len(val) == model.n_epochs_
+    assert model.evaluate(Xv, yv)["loss"] == pytest.approx(min(val), rel=1e-12)
+
+
+def test_verbose_shows_progress(capsys):
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
+    Sequential([Dense(2)], random_state=0).fit(X, y, epochs=2, verbose=True)
+    err = capsys.readouterr().err
+    assert "epochs" in err          # tqdm writes its bar to stderr
+
+
+def test_sequential_errors_name_the_argument():
+    X, y = np.ones((4, 3)), np.array([0, 1, 0, 1])
+    with pytest.raises(ValueError, match="epochs"):
+        Sequential([Dense(2)]).fit(X, y, epochs=0)
+    with pytest.raises(ValueError, match="loss must be"):
+        Sequential([Dense(2)], loss="hinge").fit(X, y)
+    with pytest.raises(ValueError, match="optimizer must be"):
+        Sequential([Dense(2)], optimizer="rmsprop").fit(X, y)
+    with pytest.raises(ValueError, match="layers must be"):
+        Sequential([]).fit(X, y)
+    with pytest.raises(ValueError, match="Flatten"):
+        Sequential([Dense(2)]).fit(np.ones((4, 2, 2, 1)), y)
+
+
+def test_save_and_load_a_trained_network(tmp_path, digits):
+    Xtr, Xte, ytr, _ = digits
+    model = digits_cnn().fit(Xtr[:100], ytr[:100], epochs=1)
+    model.save(tmp_path / "cnn.xpml")
+    again = xpml.load(tmp_path / "cnn.xpml")
+    np.testing.assert_array_equal(again.predict_proba(Xte), model.predict_proba(Xte))
+    again.fit(Xtr[:100], ytr[:100], epochs=1)       # training resumes with the optimiser state
+
+
+# ------------------------------------------------------------- the wrapper
+def test_classifier_in_a_pipeline_with_a_cnn(digits):
+    from sklearn.base import clone
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    Xtr, Xte, ytr, yte = digits
+    Xtr, Xte = Xtr.reshape(len(Xtr), -1) * 16, Xte.reshape(len(Xte), -1) * 16
+    clf = NeuralNetClassifier(
+        [Conv2D(8, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+        input_shape=(8, 8, 1), learning_rate=0.01, epochs=6, validation_fraction=0.1,
+        patience=3, random_state=0)
+    pipe = make_pipeline(FunctionTransformer(lambda a: a / 16.0), clf)
+    pipe.fit(Xtr, ytr)
+    assert pipe.score(Xte, yte) > 0.93
+    fitted = pipe[-1]
+    assert fitted.n_iter_ == len(fitted.loss_curve_) == len(fitted.history_["val_loss"])
+    assert not fitted.layers[0].params                     # the template layers stay unbuilt
+    assert clone(clf).get_params()["layers"][0] is not clf.layers[0]
+
+
+def test_classifier_logistic_loss_and_labels():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
+    clf = NeuralNetClassifier(hidden_layer_sizes=(8,), loss="logistic", learning_rate=0.05,
+                              epochs=30, random_state=0).fit(X, y)
+    assert clf.model_.layers[-1].params["W"].shape == (8, 1)
+    assert clf.score(X, y) > 0.95
+    assert set(clf.predict(X)) <= {"yes", "no"}
+    np.testing.assert_allclose(clf.predict_proba(X).sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="exactly 2 classes"):
+        NeuralNetClassifier(loss="logistic").fit(X, np.arange(80) % 3)
+    with pytest.raises(ValueError, match="input_shape"):
+        NeuralNetClassifier(input_shape=(3, 3, 1)).fit(X, y)
