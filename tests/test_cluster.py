@@ -1,0 +1,201 @@
+"""KMeans against scikit-learn's Lloyd, AgglomerativeClustering against SciPy's
+linkage, and both across array libraries."""
+
+import numpy as np
+import pytest
+
+from xpml.cluster import AgglomerativeClustering, KMeans, linkage_labels
+from xpml.cluster._kmeans import _assign
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    # small matrix products on a loaded 2-core machine are much slower with two
+    # BLAS threads fighting for the cores; results do not depend on it
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    return load_digits().data
+
+
+def _same_partition(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+# ---------------------------------------------------------------------- k-means
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kmeans_from_given_centres_equals_sklearn_lloyd(digits, seed):
+    from sklearn.cluster import KMeans as SK
+
+    init = digits[np.random.default_rng(seed).choice(len(digits), 10, replace=False)]
+    ours = KMeans(10, init=init).fit(digits)
+    ref = SK(10, init=init, n_init=1, algorithm="lloyd").fit(digits)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.inertia_, ref.inertia_, rtol=1e-10)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    assert abs(ours.n_iter_ - ref.n_iter_) <= 1
+    np.testing.assert_array_equal(ours.predict(digits[:300]), ref.predict(digits[:300]))
+    np.testing.assert_allclose(ours.transform(digits[:300]), ref.transform(digits[:300]),
+                               rtol=1e-9)
+    np.testing.assert_allclose(ours.score(digits), ref.score(digits), rtol=1e-10)
+
+
+def test_kmeans_weights_and_empty_cluster_equal_sklearn(rng):
+    from sklearn.cluster import KMeans as SK
+
+    X = np.concatenate([rng.normal(size=(50, 2)), rng.normal(size=(50, 2)) + 6])
+    w = rng.uniform(0.5, 2.0, size=100)
+    init = np.array([[0.0, 0.0], [6.0, 6.0], [100.0, 100.0]])  # the third starts empty
+    ours = KMeans(3, init=init).fit(X, sample_weight=w)
+    ref = SK(3, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=w)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.inertia_, ref.inertia_, rtol=1e-10)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    assert len(np.unique(ours.labels_)) == 3
+
+
+@pytest.mark.parametrize("init", ["k-means++", "forgy", "random-partition"])
+def test_restarts_reach_sklearn_inertia_on_digits(digits, init):
+    from sklearn.cluster import KMeans as SK
+
+    ours = KMeans(10, init=init, n_init=10, random_state=0).fit(digits)
+    ref = SK(10, n_init=10, random_state=0).fit(digits)
+    print(f"{init}: inertia {ours.inertia_:.1f} vs sklearn k-means++ {ref.inertia_:.1f}")
+    assert ours.inertia_ <= 1.01 * ref.inertia_
+    # inertia_ is the objective of the returned labels and centres
+    resid = digits - ours.cluster_centers_[ours.labels_]
+    np.testing.assert_allclose(ours.inertia_, np.sum(resid**2), rtol=1e-10)
+
+
+def test_tie_keeps_previous_cluster():
+    X = np.array([[0.0], [0.0]])
+    C = np.array([[-1.0], [1.0]])  # both points are equally far from both centres
+    labels, _ = _assign(X, C, None, xp=np)
+    assert labels.tolist() == [0, 0]  # first assignment: smallest index
+    labels, _ = _assign(X, C, np.array([1, 0]), xp=np)
+    assert labels.tolist() == [1, 0]  # later: keep the previous cluster
+    assert KMeans(2, init=C).fit(np.array([[0.0], [0.0], [-2.0], [2.0]])).predict(X).tolist() \
+        == [0, 0]
+
+
+def test_kmeans_errors(rng):
+    X = rng.normal(size=(5, 2))
+    with pytest.raises(ValueError, match="n_samples=5 should be >= n_clusters=6"):
+        KMeans(6).fit(X)
+    with pytest.raises(ValueError, match=r"init array has shape \(2, 2\).*\(3, 2\)"):
+        KMeans(3, init=np.zeros((2, 2))).fit(X)
+    from xpml.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="init.*'forgy'"):
+        KMeans(2, init="kmeans").fit(X)
+
+
+@pytest.mark.parametrize("init", ["k-means++", "forgy", "random-partition"])
+def test_kmeans_backends_give_numpy_results(xp, digits, init):
+    X = digits[:400]
+    ref = KMeans(5, init=init, n_init=2, random_state=0).fit(X)
+    est = KMeans(5, init=init, n_init=2, random_state=0).fit(xp.asarray(X))
+    assert xp.is_native(est.labels_) and xp.is_native(est.cluster_centers_)
+    np.testing.assert_array_equal(xp.to_numpy(est.labels_), ref.labels_)
+    np.testing.assert_allclose(xp.to_numpy(est.cluster_centers_), ref.cluster_centers_,
+                               atol=1e-10)
+    np.testing.assert_allclose(est.inertia_, ref.inertia_, rtol=1e-10)
+    np.testing.assert_array_equal(xp.to_numpy(est.predict(xp.asarray(X))), ref.predict(X))
+
+
+# ----------------------------------------------------------------- agglomerative
+LINKAGES = ["single", "complete", "average", "centroid"]
+
+
+@pytest.fixture(scope="module")
+def points():
+    return np.random.default_rng(42).normal(size=(200, 4))
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+def test_linkage_matrix_equals_scipy(points, linkage):
+    from scipy.cluster.hierarchy import linkage as scipy_linkage
+
+    Z = AgglomerativeClustering(n_clusters=1, linkage=linkage).fit(points).linkage_matrix_
+    R = scipy_linkage(points, method=linkage)
+    assert Z.shape == (199, 4)
+    np.testing.assert_allclose(Z[:, 2], R[:, 2], rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(Z[:, [0, 1, 3]], R[:, [0, 1, 3]])
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+@pytest.mark.parametrize("n_clusters", [2, 5, 17])
+def test_cut_into_n_clusters(points, linkage, n_clusters):
+    from scipy.cluster.hierarchy import cut_tree, linkage as scipy_linkage
+
+    est = AgglomerativeClustering(n_clusters=n_clusters, linkage=linkage).fit(points)
+    assert est.n_clusters_ == n_clusters
+    assert est.labels_[0] == 0 and set(est.labels_.tolist()) == set(range(n_clusters))
+    # the partition after the first n - n_clusters merges of the linkage matrix
+    n = len(points)
+    members = {i: {i} for i in range(n)}
+    for step, (a, b) in enumerate(est.linkage_matrix_[: n - n_clusters, :2].astype(int)):
+        members[n + step] = members.pop(a) | members.pop(b)
+    ref = np.empty(n, dtype=int)
+    for lab, group in enumerate(members.values()):
+        ref[list(group)] = lab
+    assert _same_partition(est.labels_, ref)
+    if linkage != "centroid":  # scipy's cut_tree assumes monotone heights
+        assert _same_partition(est.labels_, cut_tree(scipy_linkage(points, method=linkage),
+                                                     n_clusters=n_clusters)[:, 0])
+
+
+@pytest.mark.parametrize("linkage", ["single", "complete", "average"])
+def test_labels_equal_sklearn(points, linkage):
+    from sklearn.cluster import AgglomerativeClustering as SK
+
+    for kw in ({"n_clusters": 4}, {"n_clusters": None, "distance_threshold": 1.5}):
+        ours = AgglomerativeClustering(linkage=linkage, **kw).fit(points)
+        ref = SK(linkage=linkage, **kw).fit(points)
+        assert ours.n_clusters_ == ref.n_clusters_
+        assert _same_partition(ours.labels_, ref.labels_)
+        assert np.array_equal(ours.fit_predict(points), ours.labels_)
+
+
+def test_dendrogram_draws_from_linkage_matrix(points):
+    from scipy.cluster.hierarchy import dendrogram
+
+    Z = AgglomerativeClustering(linkage="average").fit(points[:30]).linkage_matrix_
+    tree = dendrogram(Z, no_plot=True)
+    assert sorted(tree["leaves"]) == list(range(30))
+
+
+def test_linkage_labels_and_errors(points):
+    Z = np.array([[0, 1, 1.0, 2], [2, 4, 1.5, 3], [3, 5, 4.0, 4]])
+    assert linkage_labels(Z, 0).tolist() == [0, 1, 2, 3]
+    assert linkage_labels(Z, 2).tolist() == [0, 0, 0, 1]
+    with pytest.raises(ValueError, match="exactly one of n_clusters and distance_threshold"):
+        AgglomerativeClustering(n_clusters=None).fit(points)
+    with pytest.raises(ValueError, match="exactly one of n_clusters and distance_threshold"):
+        AgglomerativeClustering(n_clusters=2, distance_threshold=1.0).fit(points)
+    with pytest.raises(ValueError, match="n_clusters=300 must be at most n_samples=200"):
+        AgglomerativeClustering(n_clusters=300).fit(points)
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+def test_agglomerative_backends_give_numpy_results(xp, points, linkage):
+    X = points[:80]
+    ref = AgglomerativeClustering(n_clusters=3, linkage=linkage).fit(X)
+    est = AgglomerativeClustering(n_clusters=3, linkage=linkage).fit(xp.asarray(X))
+    assert xp.is_native(est.linkage_matrix_) and xp.is_native(est.labels_)
+    Z = xp.to_numpy(est.linkage_matrix_)
+    np.testing.assert_array_equal(Z[:, [0, 1, 3]], ref.linkage_matrix_[:, [0, 1, 3]])
+    np.testing.assert_allclose(Z[:, 2], ref.linkage_matrix_[:, 2], atol=1e-10)
+    np.testing.assert_array_equal(xp.to_numpy(est.labels_), ref.labels_)
