@@ -253,7 +253,7 @@ class BaseEstimator(Persistable):
                 required=kind in ("classifier", "regressor"),
                 one_d_labels=False,
                 two_d_labels=False,
-                positive_only=t.get("positive_only", False),
+                positive_only=t.get("positive_target", False),
                 multi_output=t.get("multi_output", False),
                 single_output=True,
             ),
