@@ -150,7 +150,7 @@ def _block_len(n):
     return np.where((n <= three_q) & (p >= 4), three_q, p)
 
 
-def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp):
+def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
     """Best split among features ``F`` (nb, f) for a block of nb nodes.
 
     ``sids`` (nb, L) are sample indices padded with the sentinel row ``n``
@@ -163,8 +163,9 @@ def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp):
     f = F.shape[1]
     dev = array_api_compat.device(sids)
     pos = xp.arange(L, dtype=sids.dtype, device=dev)
-    gidx = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(F, (nb, f, 1))
-    vals = xp.take(Xflat, xp.reshape(gidx, (-1,)))
+    if vals is None:
+        gidx = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(F, (nb, f, 1))
+        vals = xp.take(Xflat, xp.reshape(gidx, (-1,)))
     inf = xp.asarray(xp.inf, dtype=vals.dtype, device=dev)
     # ties need no order here: only positions between distinct values are scored
     perm = xp.argsort(xp.reshape(vals, (nb, f, L)), axis=-1, stable=False)
@@ -363,15 +364,17 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             if not clf:
                 mean = xp.asarray(table["stats"][nid, 0], dtype=dtype, device=dev)
             # candidate features: all, or a fresh random subset of m non-constant ones
+            vals = None
             if subset:
-                F = _draw_features(Xflat, d, sids, valid, table["tree"][nid], rngs, m, budget,
-                                   xp)
+                F, vals = _draw_features(Xflat, d, sids, lens[sel], table["tree"][nid], rngs, m,
+                                         xp)
             else:
                 F = xp.broadcast_to(xp.arange(d, device=dev)[None, :], (nb, d))
-            fc = max(1, budget // (nb * L))
+            fc = m if vals is not None else max(1, budget // (nb * L))
             best = None
             for a in range(0, m, fc):
-                res = _search(Xflat, d, y, sids, ws, ln_d, F[:, a:min(m, a + fc)], mean, params, xp)
+                res = _search(Xflat, d, y, sids, ws, ln_d, F[:, a:min(m, a + fc)], mean, params,
+                              xp, vals=vals)
                 if best is None:
                     best = res
                 else:
@@ -451,29 +454,41 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     return _split_trees(table, R, params)
 
 
-def _draw_features(Xflat, d, sids, valid, trees, rngs, m, budget, xp):
-    """A fresh random subset of ``m`` features per node, non-constant ones first
-    (like scikit-learn, constant features do not use up the draw)."""
+def _draw_features(Xflat, d, sids, lens, trees, rngs, m, xp):
+    """A fresh random subset of ``m`` features per node: the first ``m``
+    non-constant features of a random order (scikit-learn's rule: constant
+    features do not use up the draw). Only the slots that hit a constant
+    feature are re-drawn, so continuous data costs one gather of ``m``
+    features. Returns the features (nb, m) and their gathered values."""
     nb, L = sids.shape
     dev = array_api_compat.device(sids)
-    inf = xp.asarray(xp.inf, dtype=Xflat.dtype, device=dev)
-    nonconst = []
-    fc = max(1, budget // (nb * L))
-    for a in range(0, d, fc):
-        fs = xp.arange(a, min(d, a + fc), device=dev)
-        g = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(fs, (1, -1, 1))
-        v = xp.reshape(xp.take(Xflat, xp.reshape(g, (-1,))), (nb, int(fs.shape[0]), L))
-        hi = xp.max(xp.where(valid[:, None, :], v, -inf), axis=-1)
-        lo = xp.min(xp.where(valid[:, None, :], v, inf), axis=-1)
-        nonconst.append(hi > lo + FEATURE_THRESHOLD)
-    nonconst = xp.concat(nonconst, axis=1) if len(nonconst) > 1 else nonconst[0]
     keys = np.empty((nb, d))
     for t in np.unique(trees):
         rows = np.nonzero(trees == t)[0]
         keys[rows] = rngs[t].random((len(rows), d))
-    kd = xp.asarray(keys, device=dev)
-    kd = xp.where(nonconst, kd, kd + 2.0)
-    return xp.argsort(kd, axis=1, stable=True)[:, :m]
+    order = np.argsort(keys, axis=1, kind="stable")
+    F = order[:, :m].copy()
+    nxt = np.full(nb, m)
+    pos = xp.arange(L, dtype=sids.dtype, device=dev)
+    ninf = xp.asarray(-xp.inf, dtype=Xflat.dtype, device=dev)
+    valid = (pos[None, :] < xp.asarray(lens, device=dev)[:, None])[:, None, :]
+    while True:
+        Fd = xp.asarray(F, device=dev)
+        g = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(Fd, (nb, m, 1))
+        vals = xp.take(Xflat, xp.reshape(g, (-1,)))
+        v3 = xp.reshape(vals, (nb, m, L))
+        hi = xp.max(xp.where(valid, v3, ninf), axis=-1)
+        lo = xp.min(v3, axis=-1)  # padding is +inf
+        const = to_numpy(hi <= lo + FEATURE_THRESHOLD)
+        free = d - nxt
+        # replace constant slots (in slot order) while unused features remain
+        need = np.minimum(const.sum(axis=1), free)
+        if not need.any():
+            return Fd, vals
+        for b in np.nonzero(need)[0]:
+            slots = np.nonzero(const[b])[0][: need[b]]
+            F[b, slots] = order[b, nxt[b]:nxt[b] + need[b]]
+            nxt[b] += need[b]
 
 
 def _split_trees(table, R, params):
@@ -504,26 +519,49 @@ def _split_trees(table, R, params):
 
 
 # ------------------------------------------------------------------ routing
-def route(X, feature, threshold, left, right, depth, *, xp, roots=None):
+def route(X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=4):
     """Leaf reached by every row of ``X``: ``(n,)``, or ``(T, n)`` for ``T``
-    trees stored one after another with their roots at ``roots``."""
+    trees stored one after another with their roots at ``roots``.
+
+    Leaves loop back to themselves (feature 0, threshold +inf, both children
+    the leaf), so a step is four gathers and a comparison with no branch; every
+    ``compact_every`` steps the rows that reached a leaf are set aside and the
+    rest continue (their results are put back in order by one final sort).
+    """
     n, d = int(X.shape[0]), int(X.shape[1])
     dev = array_api_compat.device(X)
+    idt = feature.dtype
     Xflat = xp.reshape(X, (-1,))
-    base = xp.arange(n, dtype=feature.dtype, device=dev) * d
+    leaf = feature < 0
+    n_nodes = int(feature.shape[0])
+    self_ids = xp.arange(n_nodes, dtype=idt, device=dev)
+    f = xp.where(leaf, xp.zeros_like(feature), feature)
+    inf = xp.asarray(xp.inf, dtype=threshold.dtype, device=dev)
+    thr = xp.where(leaf, inf, threshold)
+    kids = xp.reshape(xp.stack([xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)],
+                               axis=1), (-1,))
+    base = xp.arange(n, dtype=idt, device=dev) * d
+    T = 1 if roots is None else int(roots.shape[0])
     if roots is None:
-        node = xp.zeros(n, dtype=feature.dtype, device=dev)
+        node = xp.zeros(n, dtype=idt, device=dev)
     else:
-        T = int(roots.shape[0])
-        node = xp.reshape(roots[:, None] + xp.zeros((1, n), dtype=roots.dtype, device=dev), (-1,))
+        node = xp.reshape(roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,))
         base = xp.reshape(xp.broadcast_to(base[None, :], (T, n)), (-1,))
-    zero = xp.zeros_like(node)
-    for _ in range(depth):
-        f = xp.take(feature, node)
-        leaf = f < 0
-        xv = xp.take(Xflat, base + xp.where(leaf, zero, f))
-        go_left = xv <= xp.take(threshold, node)
-        node = xp.where(leaf, node, xp.where(go_left, xp.take(left, node), xp.take(right, node)))
+    slot = xp.arange(T * n, dtype=idt, device=dev)
+    done_slot, done_node = [], []
+    for step in range(depth):
+        xv = xp.take(Xflat, base + xp.take(f, node))
+        node = xp.take(kids, 2 * node + xp.astype(xv > xp.take(thr, node), idt))
+        if (step + 1) % compact_every == 0 and step + 1 < depth:
+            fin = xp.take(leaf, node)
+            done_slot.append(slot[fin])
+            done_node.append(node[fin])
+            keep = ~fin
+            slot, node, base = slot[keep], node[keep], base[keep]
+    if done_slot:
+        slot = xp.concat(done_slot + [slot])
+        node = xp.concat(done_node + [node])
+        node = xp.take(node, xp.argsort(slot))
     if roots is not None:
-        node = xp.reshape(node, (int(roots.shape[0]), n))
+        node = xp.reshape(node, (T, n))
     return node
