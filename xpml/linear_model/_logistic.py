@@ -1,0 +1,400 @@
+"""Logistic regression: batch gradient descent, SGD and Newton (IRLS).
+
+One objective for every solver (scikit-learn's, up to a constant factor)::
+
+    F(w, b) = Σᵢ ωᵢ ℓᵢ + ‖w‖² / (2C)        (penalty="l2"; no second term for None)
+
+with ``ℓᵢ`` the logistic (two classes) or softmax cross-entropy (more) loss; the
+intercept ``b`` is never penalised. Newton solves ``H e = −∇F`` with
+``H = XᵀΩX (+ I/C)``, ``Ω = diag(ω s(1 − s))`` (the multinomial Hessian has the
+``K × K`` blocks ``Xᵀ diag(ω(p_k δ_km − p_k p_m)) X``).
+"""
+
+from __future__ import annotations
+
+from array_api_compat import device as _device
+
+from numbers import Integral, Real
+import warnings
+
+from xpml.base import BaseEstimator, ClassifierMixin
+from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
+from xpml.linear_model._base import (log_sigmoid, logsumexp, psd_lstsq, sigmoid, softmax,
+                                      spd_solve)
+from xpml.utils._param_validation import Interval, Options
+from xpml.utils.validation import check_random_state, decode_labels
+
+__all__ = ["LogisticRegression", "SOLVERS"]
+
+SOLVERS = ("newton", "gd", "sgd")
+
+
+# --------------------------------------------------------------- pure helpers
+def _scores(X, W, b, /, *, xp):
+    """Linear scores ``X W + b``: (n, m)."""
+    return X @ W + b
+
+
+def _loss(Z, Y, sw, /, *, xp, binary):
+    """``Σ ωᵢ ℓᵢ`` for scores ``Z`` (n, m) and targets ``Y`` (one-hot, or (n, 1) 0/1)."""
+    if binary:
+        z = Z[:, 0]
+        y = Y[:, 0]
+        # −[y log σ(z) + (1 − y) log σ(−z)]
+        return -xp.sum(sw * (y * log_sigmoid(z, xp=xp) + (1.0 - y) * log_sigmoid(-z, xp=xp)))
+    lse = logsumexp(Z, xp=xp, axis=1)[:, 0]
+    return xp.sum(sw * (lse - xp.sum(Y * Z, axis=1)))
+
+
+def _probs(Z, /, *, xp, binary):
+    return sigmoid(Z, xp=xp) if binary else softmax(Z, xp=xp, axis=1)
+
+
+def _objective(X, Y, sw, W, b, lam, /, *, xp, binary):
+    F = _loss(_scores(X, W, b, xp=xp), Y, sw, xp=xp, binary=binary)
+    return F + 0.5 * lam * xp.sum(W * W) if lam else F
+
+
+def _gradient(X, Y, sw, W, b, lam, /, *, xp, binary, fit_intercept):
+    """``(∇_W F, ∇_b F, residual)`` with residual ``ω (p − y)`` (n, m)."""
+    P = _probs(_scores(X, W, b, xp=xp), xp=xp, binary=binary)
+    Rw = sw[:, None] * (P - Y)
+    gW = X.T @ Rw
+    if lam:
+        gW = gW + lam * W
+    gb = xp.sum(Rw, axis=0) if fit_intercept else xp.zeros_like(b)
+    return gW, gb, P
+
+
+def _augment(X, /, *, xp):
+    ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=_device(X))
+    return xp.concat([ones, X], axis=1)
+
+
+def _separated(Z, codes, sw, /, *, xp, binary):
+    """True when every positively-weighted training point is classified correctly
+    with a positive margin (then the unregularised MLE does not exist)."""
+    if binary:
+        sign = xp.astype(codes, Z.dtype) * 2.0 - 1.0
+        ok = sign * Z[:, 0] > 0
+    else:
+        onehot = codes[:, None] == xp.arange(Z.shape[1], device=_device(Z))[None, :]
+        true = xp.sum(xp.where(onehot, Z, xp.zeros_like(Z)), axis=1)
+        other = xp.max(xp.where(onehot, xp.full_like(Z, -float("inf")), Z), axis=1)
+        ok = true > other
+    return bool(xp.all(ok | (sw <= 0)))
+
+
+class LogisticRegression(ClassifierMixin, BaseEstimator):
+    """Logistic regression (binary) and softmax regression (multinomial).
+
+    Parameters
+    ----------
+    penalty : {"l2", None}, default="l2"
+        ``"l2"`` adds ``‖w‖²/(2C)``; the intercept is never penalised.
+    C : float, default=1.0
+        Inverse penalty strength, as in scikit-learn: the objective is
+        ``Σᵢ ωᵢ ℓᵢ + ‖w‖²/(2C)`` (scikit-learn's divided by ``C``).
+    solver : {"newton", "gd", "sgd"}, default="newton"
+        ``"newton"``: Newton–Raphson = IRLS with a backtracking line search;
+        ``"gd"``: full-batch gradient descent; ``"sgd"``: mini-batch stochastic
+        gradient descent with a decaying step.
+    fit_intercept : bool, default=True
+    max_iter : int, default=100
+        Newton steps, gradient steps ("gd") or epochs ("sgd").
+    tol : float, default=1e-6
+        Stop when ``max |∇F| / Σω ≤ tol`` ("newton", "gd"), or when an epoch
+        moves no parameter by more than ``tol`` ("sgd").
+    learning_rate : float or None, default=None
+        Step size on the mean objective for "gd"/"sgd". None: ``1/L`` with
+        ``L`` the Lipschitz constant of the mean gradient (from the largest
+        eigenvalue of ``[1, X]ᵀ[1, X] / Σω``).
+    batch_size : int, default=32
+        Mini-batch size for "sgd".
+    random_state : int, Generator or None
+        Shuffling for "sgd" (drawn on the host, same on every backend).
+
+    Attributes
+    ----------
+    classes_ : array (K,)
+    coef_ : array (1, d) for two classes, (K, d) otherwise
+    intercept_ : array (1,) or (K,)
+    n_iter_ : int
+    converged_ : bool
+    n_features_in_ : int
+
+    Notes
+    -----
+    On linearly separable data without a penalty the weights grow without bound:
+    Newton stops as soon as its iterate separates the data, gradient descent
+    runs its budget ``max_iter``; both warn with
+    :class:`xpml.exceptions.SeparableDataWarning`. Gradient descent then turns,
+    slowly (``O(1/log t)``), toward the max-margin direction in the augmented
+    space ``[1, x]`` (Soudry et al. 2018).
+
+    References
+    ----------
+    Soudry, Hoffer, Nacson, Gunasekar & Srebro (2018), The implicit bias of
+    gradient descent on separable data. JMLR 19.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from xpml.linear_model import LogisticRegression
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0, 0, 1, 1])
+    >>> clf = LogisticRegression(C=1.0).fit(X, y)
+    >>> clf.predict(np.array([[0.2], [2.8]])).tolist()
+    [0, 1]
+    >>> bool(np.allclose(clf.predict_proba(X).sum(axis=1), 1.0))
+    True
+    """
+
+    _parameter_constraints = {
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "batch_size": [Interval(Integral, 1, None)],
+        "fit_intercept": ["boolean"],
+        "learning_rate": [None, Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None)],
+        "penalty": [Options("l2", None)],
+        "random_state": ["random_state"],
+        "solver": [Options(*SOLVERS)],
+        "tol": [Interval(Real, 0, None, closed="left")],
+    }
+    _xpml_tags = {"parity_rtol": 1e-7, "sklearn_xfail": {
+        "check_supervised_y_2d": "xpml's shared label encoding ravels a column-vector y "
+                                 "without a DataConversionWarning",
+    }}
+
+    def __init__(self, penalty="l2", *, C=1.0, solver="newton", fit_intercept=True,
+                 max_iter=100, tol=1e-6, learning_rate=None, batch_size=32,
+                 random_state=None):
+        self.penalty = penalty
+        self.C = C
+        self.solver = solver
+        self.fit_intercept = fit_intercept
+        self.max_iter = max_iter
+        self.tol = tol
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y, sample_weight=None):
+        """Fit by the chosen solver; returns self."""
+        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        xp = ctx.xp
+        K = int(self.classes_.shape[0])
+        binary = K == 2
+        m = 1 if binary else K
+        dev = ctx.device
+        if binary:
+            Y = xp.astype(codes, X.dtype)[:, None]
+        else:
+            Y = xp.astype(codes[:, None] == xp.arange(K, device=dev)[None, :], X.dtype)
+        lam = 1.0 / float(self.C) if self.penalty == "l2" else 0.0
+        W = xp.zeros((X.shape[1], m), dtype=X.dtype, device=dev)
+        b = xp.zeros((m,), dtype=X.dtype, device=dev)
+        solve = getattr(self, f"_solve_{self.solver}")
+        W, b, n_iter, converged = solve(X, Y, sw, W, b, lam, xp=xp, binary=binary)
+        if not lam and not converged and _separated(_scores(X, W, b, xp=xp), codes, sw,
+                                                    xp=xp, binary=binary):
+            warnings.warn(
+                f"the training data are linearly separable: without a penalty the weights "
+                f"grow without bound; solver={self.solver!r} stopped after {n_iter} "
+                f"iteration(s). Use penalty='l2' for a finite solution.",
+                SeparableDataWarning, stacklevel=2)
+        elif not converged:
+            warnings.warn(
+                f"solver={self.solver!r} did not reach tol={self.tol} in max_iter="
+                f"{self.max_iter} iterations; increase max_iter",
+                ConvergenceWarning, stacklevel=2)
+        self.coef_ = W.T
+        self.intercept_ = b
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        return self._fitted(ctx)
+
+    def _lipschitz(self, X, sw, lam, /, *, xp, binary):
+        """Lipschitz constant of the gradient of ``F / Σω``."""
+        Xa = _augment(X, xp=xp) if self.fit_intercept else X
+        G = Xa.T @ (sw[:, None] * Xa)
+        top = xp.max(xp.linalg.eigvalsh(G))
+        return (0.25 if binary else 0.5) * float(top) / float(xp.sum(sw)) + lam / float(xp.sum(sw))
+
+    def _solve_newton(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+        d, m = W.shape
+        fi = self.fit_intercept
+        total = float(xp.sum(sw))
+        codes = xp.astype(Y[:, 0], xp.int64) if binary else xp.argmax(Y, axis=1)
+        Xa = None if binary else (_augment(X, xp=xp) if fi else X)
+        F = float(_objective(X, Y, sw, W, b, lam, xp=xp, binary=binary))
+        converged, it = False, 0
+        for it in range(1, self.max_iter + 1):
+            gW, gb, P = _gradient(X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi)
+            gmax = float(xp.max(xp.abs(gW)))
+            if fi:
+                gmax = max(gmax, float(xp.max(xp.abs(gb))))
+            if gmax / total <= self.tol:
+                converged, it = True, it - 1
+                break
+            if not lam and _separated(_scores(X, W, b, xp=xp), codes, sw, xp=xp, binary=binary):
+                break
+            if binary:
+                eW, eb = self._newton_step_binary(X, sw, P[:, 0], gW[:, 0], gb, lam, xp=xp)
+                eW = eW[:, None]
+            else:
+                eW, eb = self._newton_step_multi(Xa, sw, P, gW, gb, lam, xp=xp)
+            # backtracking (Armijo) line search on F
+            slope = float(xp.sum(gW * eW) + (xp.sum(gb * eb) if fi else 0.0))
+            step = 1.0
+            for _ in range(30):
+                Wn, bn = W + step * eW, b + step * eb
+                Fn = float(_objective(X, Y, sw, Wn, bn, lam, xp=xp, binary=binary))
+                if Fn <= F + 1e-4 * step * slope or step < 1e-10:
+                    break
+                step *= 0.5
+            W, b, F = Wn, bn, Fn
+        return W, b, it, converged
+
+    def _newton_step_binary(self, X, sw, s, gw, gb, lam, /, *, xp):
+        """Solve ``H e = −g`` for the (d+1) × (d+1) binary Hessian without forming [1, X]."""
+        d = X.shape[1]
+        omega = sw * s * (1.0 - s)
+        XtO = (omega[:, None] * X).T                                           # (d, n)
+        Hww = XtO @ X
+        if lam:
+            Hww = Hww + lam * xp.eye(d, dtype=X.dtype, device=_device(X))
+        if not self.fit_intercept:
+            return -spd_solve(Hww, gw, xp=xp), xp.zeros_like(gb)
+        Hwb = xp.sum(XtO, axis=1)                                              # (d,)
+        Hbb = xp.sum(omega)
+        H = xp.concat([xp.concat([Hbb[None, None], Hwb[None, :]], axis=1),
+                       xp.concat([Hwb[:, None], Hww], axis=1)], axis=0)
+        g = xp.concat([gb, gw])
+        e = -spd_solve(H, g, xp=xp)
+        return e[1:], e[:1]
+
+    def _newton_step_multi(self, Xa, sw, P, gW, gb, lam, /, *, xp):
+        """Full multinomial Newton step (``K(d+1)`` unknowns; minimum-norm, since
+        adding a constant to every class's scores changes nothing)."""
+        n, p = Xa.shape
+        K = P.shape[1]
+        fi = self.fit_intercept
+        d = gW.shape[0]
+        rows = []
+        for k in range(K):
+            row = []
+            for j in range(K):
+                wt = sw * (P[:, k] * ((1.0 if j == k else 0.0) - P[:, j]))
+                row.append((wt[:, None] * Xa).T @ Xa)
+            rows.append(xp.concat(row, axis=1))
+        H = xp.concat(rows, axis=0)
+        if lam:
+            pen = xp.ones((p,), dtype=Xa.dtype, device=_device(Xa)) * lam
+            if fi:
+                pen = xp.concat([xp.zeros((1,), dtype=Xa.dtype, device=_device(Xa)),
+                                 pen[1:]])
+            H = H + _diag(xp.concat([pen] * K), xp)
+        G = xp.concat([gb[None, :], gW], axis=0) if fi else gW                 # (p, K)
+        g = xp.reshape(G.T, (-1,))                                              # class-major
+        e = -psd_lstsq(H, g, xp=xp)
+        E = xp.reshape(e, (K, p)).T                                             # (p, K)
+        if fi:
+            return E[1:, :], E[0, :]
+        return E, xp.zeros_like(gb)
+
+    def _solve_gd(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+        fi = self.fit_intercept
+        total = float(xp.sum(sw))
+        lr = self.learning_rate or 1.0 / self._lipschitz(X, sw, lam, xp=xp, binary=binary)
+        eta = lr / total
+        converged, it = False, 0
+        for it in range(1, self.max_iter + 1):
+            gW, gb, _ = _gradient(X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi)
+            if it % 10 == 1 or it == self.max_iter:          # sync every 10 steps only
+                gmax = xp.max(xp.abs(gW))
+                if fi:
+                    gmax = xp.maximum(gmax, xp.max(xp.abs(gb)))
+                if float(gmax) / total <= self.tol:
+                    converged, it = True, it - 1
+                    break
+            W = W - eta * gW
+            if fi:
+                b = b - eta * gb
+        return W, b, it, converged
+
+    def _solve_sgd(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+        fi = self.fit_intercept
+        n = X.shape[0]
+        total = float(xp.sum(sw))
+        lr0 = self.learning_rate or 1.0 / self._lipschitz(X, sw, lam, xp=xp, binary=binary)
+        rng = check_random_state(self.random_state)
+        dev = _device(X)
+        bs = min(int(self.batch_size), n)
+        converged, epoch = False, 0
+        for epoch in range(1, self.max_iter + 1):
+            perm = xp.asarray(rng.permutation(n), device=dev)
+            lr = lr0 / (1.0 + epoch - 1) ** 0.5
+            W_old, b_old = W, b
+            for start in range(0, n, bs):
+                idx = perm[start:min(start + bs, n)]
+                Xb, Yb, swb = xp.take(X, idx, axis=0), xp.take(Y, idx, axis=0), xp.take(sw, idx)
+                scale = xp.sum(swb)
+                scale = xp.where(scale > 0, scale, xp.ones_like(scale))
+                gW, gb, _ = _gradient(Xb, Yb, swb, W, b, 0.0, xp=xp, binary=binary,
+                                      fit_intercept=fi)
+                if lam:
+                    gW = gW + (lam * scale / total) * W
+                W = W - (lr / scale) * gW
+                if fi:
+                    b = b - (lr / scale) * gb
+            move = xp.max(xp.abs(W - W_old))
+            if fi:
+                move = xp.maximum(move, xp.max(xp.abs(b - b_old)))
+            if float(move) <= self.tol:
+                converged = True
+                break
+        return W, b, epoch, converged
+
+    # -------------------------------------------------------------- predict
+    def _decision(self, X, ctx):
+        return X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
+
+    def decision_function(self, X):
+        """Scores: (n,) log-odds of ``classes_[1]`` for two classes, (n, K) otherwise."""
+        ctx, X = self._validate_predict_data(X)
+        Z = self._decision(X, ctx)
+        return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
+
+    def predict_proba(self, X):
+        """Class probabilities (n, K), columns in ``classes_`` order."""
+        ctx, X = self._validate_predict_data(X)
+        xp = ctx.xp
+        Z = self._decision(X, ctx)
+        if Z.shape[1] == 1:
+            p = sigmoid(Z[:, 0], xp=xp)
+            return ctx.out(xp.stack([1.0 - p, p], axis=1))
+        return ctx.out(softmax(Z, xp=xp, axis=1))
+
+    def predict_log_proba(self, X):
+        """Log class probabilities (n, K)."""
+        ctx, X = self._validate_predict_data(X)
+        xp = ctx.xp
+        Z = self._decision(X, ctx)
+        if Z.shape[1] == 1:
+            z = Z[:, 0]
+            return ctx.out(xp.stack([log_sigmoid(-z, xp=xp), log_sigmoid(z, xp=xp)], axis=1))
+        return ctx.out(Z - logsumexp(Z, xp=xp, axis=1))
+
+    def predict(self, X):
+        """Most probable class labels (n,)."""
+        ctx, X = self._validate_predict_data(X)
+        xp = ctx.xp
+        Z = self._decision(X, ctx)
+        codes = xp.astype(Z[:, 0] > 0, xp.int64) if Z.shape[1] == 1 else xp.argmax(Z, axis=1)
+        return decode_labels(self.classes_, codes, ctx)
+
+
+def _diag(v, xp):
+    n = v.shape[0]
+    return xp.eye(n, dtype=v.dtype, device=_device(v)) * v[None, :]

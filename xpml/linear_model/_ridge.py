@@ -1,0 +1,129 @@
+"""Ridge regression: ``(XᵀX + λI′) w = Xᵀy`` with an unpenalised intercept."""
+
+from __future__ import annotations
+
+from array_api_compat import device as _device
+
+from numbers import Real
+
+from xpml.base import BaseEstimator, RegressorMixin
+from xpml.linear_model._base import center_data, spd_solve
+from xpml.utils._param_validation import Interval, Options
+
+__all__ = ["Ridge", "SOLVERS"]
+
+SOLVERS = ("auto", "primal", "dual", "svd")
+
+
+def _eye(m, X, xp):
+    return xp.eye(m, dtype=X.dtype, device=_device(X))
+
+
+def _solve_primal(Xs, ys, alpha, /, *, xp):
+    """``(XsᵀXs + αI) w = Xsᵀys``: a ``d × d`` system."""
+    G = Xs.T @ Xs
+    if alpha:
+        G = G + alpha * _eye(Xs.shape[1], Xs, xp)
+    return spd_solve(G, Xs.T @ ys, xp=xp)
+
+
+def _solve_dual(Xs, ys, alpha, /, *, xp):
+    """``w = Xsᵀ (XsXsᵀ + αI)⁻¹ ys``: an ``n × n`` system (cheaper when d > n)."""
+    K = Xs @ Xs.T
+    if alpha:
+        K = K + alpha * _eye(Xs.shape[0], Xs, xp)
+    return Xs.T @ spd_solve(K, ys, xp=xp)
+
+
+def _solve_svd(Xs, ys, alpha, /, *, xp):
+    """``w = V diag(s / (s² + α)) Uᵀ ys`` (also the minimum-norm solution at α = 0)."""
+    U, s, Vt = xp.linalg.svd(Xs, full_matrices=False)
+    eps = 2.220446049250313e-16 if Xs.dtype == xp.float64 else 1.1920929e-07
+    keep = s > max(Xs.shape) * eps * (s[0] if s.shape[0] else 0.0)
+    denom = xp.where(keep, s * s + alpha, xp.ones_like(s))
+    f = xp.where(keep, s / denom, xp.zeros_like(s))
+    Utb = U.T @ ys
+    return Vt.T @ (f[:, None] * Utb if len(ys.shape) == 2 else f * Utb)
+
+
+class Ridge(RegressorMixin, BaseEstimator):
+    """Linear least squares with an L2 penalty on the slopes.
+
+    Minimises ``Σᵢ ωᵢ (yᵢ − xᵢ·w − b)² + α ‖w‖²``; the intercept ``b`` is not
+    penalised (it is found by weighted centring). Same objective and parameter
+    scale as :class:`sklearn.linear_model.Ridge`.
+
+    Parameters
+    ----------
+    alpha : float, default=1.0
+        Penalty strength ``α ≥ 0``.
+    fit_intercept : bool, default=True
+    solver : {"auto", "primal", "dual", "svd"}, default="auto"
+        ``"primal"`` solves the ``d × d`` system ``(XᵀX + αI)w = Xᵀy``;
+        ``"dual"`` the ``n × n`` system ``(XXᵀ + αI)a = y`` with ``w = Xᵀa``;
+        ``"svd"`` uses the thin SVD. ``"auto"``: primal when ``n ≥ d``, dual
+        otherwise. All give the same coefficients.
+
+    Attributes
+    ----------
+    coef_ : array (d,) or (n_targets, d)
+    intercept_ : float array () or (n_targets,)
+    solver_ : str
+        The solver used (``"auto"`` resolved).
+    n_features_in_ : int
+
+    Notes
+    -----
+    With ``Xs = √Ω (X − x̄)`` and ``ys = √Ω (y − ȳ)``:
+    ``w = (XsᵀXs + αI)⁻¹ Xsᵀ ys = Xsᵀ (XsXsᵀ + αI)⁻¹ ys`` and ``b = ȳ − x̄·w``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from xpml.linear_model import Ridge
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([1.0, 3.0, 5.0, 7.0])
+    >>> r = Ridge(alpha=0.0).fit(X, y)
+    >>> round(float(r.coef_[0]), 8), round(float(r.intercept_), 8)
+    (2.0, 1.0)
+    >>> p = Ridge(alpha=2.0, solver="primal").fit(X, y).coef_
+    >>> d = Ridge(alpha=2.0, solver="dual").fit(X, y).coef_
+    >>> bool(np.allclose(p, d))
+    True
+    """
+
+    _parameter_constraints = {
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "solver": [Options(*SOLVERS)],
+    }
+    _xpml_tags = {"multi_output": True}
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the ridge coefficients; returns self."""
+        weighted = sample_weight is not None
+        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
+        xp = ctx.xp
+        Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp, fit_intercept=self.fit_intercept,
+                                              scale=weighted)
+        n, d = X.shape
+        solver = self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
+        coef = getattr(self, f"_solve_{solver}")(Xs, ys, float(self.alpha), xp=xp)
+        self.coef_ = coef.T if len(y.shape) == 2 else coef
+        self.intercept_ = y_off - x_off @ coef
+        self.solver_ = solver
+        return self._fitted(ctx)
+
+    _solve_primal = staticmethod(_solve_primal)
+    _solve_dual = staticmethod(_solve_dual)
+    _solve_svd = staticmethod(_solve_svd)
+
+    def predict(self, X):
+        """``X w + b``, in the caller's library."""
+        ctx, X = self._validate_predict_data(X)
+        coef, b = ctx.take(self.coef_), ctx.take(self.intercept_)
+        return ctx.out((X @ coef if len(coef.shape) == 1 else X @ coef.T) + b)
