@@ -77,11 +77,12 @@ CONV_GRID = [
 ]
 
 
+@pytest.mark.parametrize("input_grad", ["correlate", "fold"])
 @pytest.mark.parametrize("k,s,p,N,H,W,ci,co", CONV_GRID)
-def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co):
-    rng = np.random.default_rng(hash((str(k), str(s), str(p), N, H, W)) % 2**32)
+def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co, input_grad):
+    rng = np.random.default_rng(N * 1000 + H * 10 + W)
     X = rng.normal(size=(N, H, W, ci))
-    conv = Conv2D(co, k, stride=s, padding=p, random_state=1)
+    conv = Conv2D(co, k, stride=s, padding=p, input_grad=input_grad, random_state=1)
     Z = conv.forward(X)
     dZ = rng.normal(size=Z.shape)
     conv.params["b"] = rng.normal(size=co)
@@ -99,15 +100,20 @@ def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co):
 
 
 def test_contract_is_the_einsum():
+    import array_api_compat.numpy as xp
+
+    from xpml.nn.conv import dilate_pad, window_matrix
+
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2, 6, 5, 3))
     W = rng.normal(size=(3, 2, 3, 4))
-    import array_api_compat.numpy as xp
-
-    cols = windows(X, (3, 2), (1, 2), xp=xp)
-    close(contract(cols, W, xp=xp), np.einsum("nhwijc,ijco->nhwo", cols, W))
-    assert cols.shape == (2, 4, 2, 3, 2, 3)
-    close(cols[1, 2, 1, 2, 1], X[1, 2 + 2, 1 * 2 + 1])
+    cols = windows(X, (3, 2), (1, 2), (1, 0), xp=xp)
+    assert cols.shape == (2, 6, 2, 3, 2, 3)
+    Xp = np.pad(X, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    close(cols[1, 2, 1, 2, 1], Xp[1, 2 + 2, 1 * 2 + 1])
+    A, _ = window_matrix(dilate_pad(X, (1, 1), (1, 1), (0, 0), xp=xp, channels_first=True),
+                         (3, 2), (1, 2), xp=xp)
+    close(contract(A, W, (2, 6, 2), xp=xp), np.einsum("nhwijc,ijco->nhwo", cols, W))
 
 
 # (kernel, stride, padding, N, H, W, C)
@@ -292,6 +298,7 @@ def _check_layer_fd(layer, X, rng, n_checks=12, rtol=1e-6):
     (lambda: BatchNorm1D(), (6, 4)),
     (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
     (lambda: Conv2D(2, (2, 3), stride=(2, 1), padding=(0, 2), random_state=0), (2, 5, 4, 3)),
+    (lambda: Conv2D(3, 3, stride=2, padding=1, input_grad="fold", random_state=0), (2, 7, 6, 2)),
     (lambda: MaxPool2D(3, stride=2, padding=1), (2, 7, 6, 2)),
     (lambda: AvgPool2D(2, stride=1, padding=1), (2, 5, 6, 2)),
     (lambda: Flatten(), (2, 3, 4, 2)),
@@ -300,7 +307,7 @@ def _check_layer_fd(layer, X, rng, n_checks=12, rtol=1e-6):
     (lambda: Tanh(), (4, 5)),
     (lambda: Identity(), (4, 5)),
     (lambda: Softmax(), (4, 5)),
-], ids=["dense", "batchnorm", "conv", "conv-rect", "maxpool", "avgpool", "flatten", "relu",
+], ids=["dense", "batchnorm", "conv", "conv-rect", "conv-fold", "maxpool", "avgpool", "flatten", "relu",
         "sigmoid", "tanh", "identity", "softmax"])
 def test_layer_gradients_match_finite_differences(make, shape):
     rng = np.random.default_rng(0)
@@ -325,11 +332,12 @@ def test_loss_gradients_match_finite_differences(loss, target):
 # --------------------------------------------------------------- every backend
 @pytest.mark.parametrize("make,shape", [
     (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
+    (lambda: Conv2D(3, 2, stride=3, padding=2, input_grad="fold", random_state=0), (2, 7, 6, 2)),
     (lambda: MaxPool2D(2, padding=1), (2, 5, 6, 2)),
     (lambda: AvgPool2D(3, stride=2), (2, 7, 6, 2)),
     (lambda: BatchNorm1D(), (6, 4)),
     (lambda: Dense(3, random_state=0), (6, 4)),
-], ids=["conv", "maxpool", "avgpool", "batchnorm", "dense"])
+], ids=["conv", "conv-fold", "maxpool", "avgpool", "batchnorm", "dense"])
 def test_layers_agree_across_libraries(xp, make, shape):
     rng = np.random.default_rng(0)
     X = rng.normal(size=shape)
@@ -356,5 +364,7 @@ def test_errors_name_the_argument():
         Conv2D(2, 1, in_channels=2).forward(np.ones((1, 3, 3, 1)))
     with pytest.raises(ValueError, match="padding"):
         MaxPool2D(2, padding=2).forward(np.ones((1, 6, 6, 1)))
+    with pytest.raises(ValueError, match="input_grad"):
+        Conv2D(2, 1, input_grad="fft").forward(np.ones((1, 3, 3, 1)))
     with pytest.raises(ValueError, match="init"):
         Dense(2, init="zeros").forward(np.ones((1, 3)))

@@ -23,29 +23,40 @@ import array_api_extra as xpx
 from xpml.nn._base import Layer, pair
 from xpml.nn.init import get_initialiser
 
-__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "windows", "contract", "dilate_pad", "fold",
-           "conv2d", "conv2d_backward"]
+__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "windows", "window_matrix", "contract",
+           "offset_stack", "dilate_pad", "fold", "conv2d", "conv2d_backward"]
 
 
 # ---------------------------------------------------------------- primitives
-def dilate_pad(X, /, stride, pad_h, pad_w, *, xp, fill=0.0):
+def dilate_pad(X, /, stride, pad_h, pad_w, *, xp, fill=0.0, channels_first=False):
     """Insert ``stride − 1`` zeros between rows/columns of NHWC ``X`` and pad.
 
     ``pad_h = (top, bottom)`` and ``pad_w = (left, right)`` may be negative,
-    which crops.
+    which crops. With ``channels_first`` the result is laid out ``(C, N, H, W)``
+    (a fresh contiguous array, which makes the window slices contiguous rows).
     """
     N, H, W, C = X.shape
     sh, sw = stride
     Hu, Wu = (H - 1) * sh + 1, (W - 1) * sw + 1
     (t, b), (l, r) = pad_h, pad_w
-    if (sh, sw) == (1, 1) and min(t, b, l, r) >= 0 and max(t, b, l, r) == 0:
+    plain = (sh, sw) == (1, 1) and min(t, b, l, r) >= 0 and max(t, b, l, r) == 0
+    if plain and not channels_first:
         return X
     T, L = max(t, 0), max(l, 0)
-    out = xp.full((N, T + Hu + max(b, 0), L + Wu + max(r, 0), C), fill, dtype=X.dtype,
-                  device=array_api_compat.device(X))
-    out = xpx.at(out)[:, T:T + Hu:sh, L:L + Wu:sw, :].set(X)
+    Hp, Wp = T + Hu + max(b, 0), L + Wu + max(r, 0)
+    dev = array_api_compat.device(X)
+    if channels_first:
+        out = xp.full((C, N, Hp, Wp), fill, dtype=X.dtype, device=dev)
+        out = xpx.at(out)[:, :, T:T + Hu:sh, L:L + Wu:sw].set(xp.permute_dims(X, (3, 0, 1, 2)))
+        h_axis = 2
+    else:
+        out = xp.full((N, Hp, Wp, C), fill, dtype=X.dtype, device=dev)
+        out = xpx.at(out)[:, T:T + Hu:sh, L:L + Wu:sw, :].set(X)
+        h_axis = 1
     if min(t, b, l, r) < 0:
-        out = out[:, max(-t, 0):out.shape[1] - max(-b, 0), max(-l, 0):out.shape[2] - max(-r, 0), :]
+        rows = slice(max(-t, 0), Hp - max(-b, 0))
+        cols = slice(max(-l, 0), Wp - max(-r, 0))
+        out = out[:, :, rows, cols] if h_axis == 2 else out[:, rows, cols, :]
     return out
 
 
@@ -54,40 +65,82 @@ def out_size(n, k, s, p):
     return (n + 2 * p - k) // s + 1
 
 
-def windows(Xp, /, kernel, stride, *, xp):
-    """The window tensor ``(N, H_out, W_out, k_h, k_w, C)`` of padded NHWC ``Xp``.
-
-    Gathers the ``k_h·k_w`` strided slices (one per kernel offset) and stacks them.
-    """
-    N, Hp, Wp, C = Xp.shape
+def _offset_slices(Xp, kernel, stride, h_axis):
+    """The ``k_h·k_w`` strided slices of ``Xp``, one per kernel offset ``(i, j)``."""
     (kh, kw), (sh, sw) = kernel, stride
+    Hp, Wp = Xp.shape[h_axis], Xp.shape[h_axis + 1]
     Ho, Wo = (Hp - kh) // sh + 1, (Wp - kw) // sw + 1
-    slices = [Xp[:, i:i + sh * (Ho - 1) + 1:sh, j:j + sw * (Wo - 1) + 1:sw, :]
-              for i in range(kh) for j in range(kw)]
-    return xp.reshape(xp.stack(slices, axis=3), (N, Ho, Wo, kh, kw, C))
+    lead = (slice(None),) * h_axis
+    return [Xp[lead + (slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw),
+                       Ellipsis)]
+            for i in range(kh) for j in range(kw)], (Ho, Wo)
 
 
-def contract(cols, W, /, *, xp):
-    """``einsum('nhwijc,ijco->nhwo', cols, W)`` as one reshape and matrix product."""
-    N, Ho, Wo = cols.shape[:3]
-    K = cols.shape[3] * cols.shape[4] * cols.shape[5]
-    Z = xp.reshape(cols, (N * Ho * Wo, K)) @ xp.reshape(W, (K, W.shape[3]))
-    return xp.reshape(Z, (N, Ho, Wo, W.shape[3]))
+def window_matrix(Xc, /, kernel, stride, *, xp):
+    """The window tensor of channels-first padded ``Xc (C, N, H_p, W_p)``, as the
+    matrix ``A (k_h·k_w·C, N·H_out·W_out)``.
 
-
-def fold(cols, /, padded_hw, stride, *, xp):
-    """Adjoint of :func:`windows`: add each window back to where it came from.
-
-    Returns the padded-size NHWC array ``(N, H_p, W_p, C)``.
+    Row ``(i, j, c)`` holds ``X_pad[n, h·s_h + i, w·s_w + j, c]`` for every output
+    position ``(n, h, w)``. It is the window tensor ``(N, H_out, W_out, k_h, k_w, C)``
+    of ALGORITHMS.md §0.3 with its axes stored in the order ``(k_h, k_w, C, N, H_out,
+    W_out)``: each stacked slice is then one contiguous block, and the contraction
+    below is a single matrix product with no copy (see :func:`windows`).
     """
-    N, Ho, Wo, kh, kw, C = cols.shape
-    sh, sw = stride
-    out = xp.zeros((N, padded_hw[0], padded_hw[1], C), dtype=cols.dtype,
-                   device=array_api_compat.device(cols))
+    slices, (Ho, Wo) = _offset_slices(Xc, kernel, stride, 2)
+    C, N = Xc.shape[:2]
+    return xp.reshape(xp.stack(slices, axis=0), (kernel[0] * kernel[1] * C, N * Ho * Wo)), (Ho, Wo)
+
+
+def windows(X, /, kernel, stride, padding=(0, 0), *, xp):
+    """The window tensor ``(N, H_out, W_out, k_h, k_w, C)`` of NHWC ``X``: a view
+    of :func:`window_matrix` with the axes in the order of the einsum."""
+    ph, pw = padding
+    Xc = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp, channels_first=True)
+    A, (Ho, Wo) = window_matrix(Xc, kernel, stride, xp=xp)
+    A6 = xp.reshape(A, (kernel[0], kernel[1], X.shape[3], X.shape[0], Ho, Wo))
+    return xp.permute_dims(A6, (3, 4, 5, 0, 1, 2))
+
+
+def contract(A, W, /, out_shape, *, xp):
+    """``einsum('nhwijc,ijco->nhwo', windows, W)``: one matrix product ``Wᵀ A``
+    over the window matrix ``A`` (:func:`window_matrix`).
+
+    The result is NHWC; its memory is channels-first (a transposed view), which
+    is what the next layer's window gathering reads fastest.
+    """
+    K, Co = W.shape[0] * W.shape[1] * W.shape[2], W.shape[3]
+    ZT = xp.reshape(W, (K, Co)).T @ A                       # (C_out, N·H_out·W_out)
+    return xp.permute_dims(xp.reshape(ZT, (Co,) + tuple(out_shape)), (1, 2, 3, 0))
+
+
+def offset_stack(Xp, /, kernel, stride, *, xp):
+    """The windows of NHWC ``Xp`` stacked offset-first: ``(k_h·k_w, N, H_out, W_out, C)``
+    (for pooling, which reduces over the offsets)."""
+    slices, _ = _offset_slices(Xp, kernel, stride, 1)
+    return xp.stack(slices, axis=0)
+
+
+def fold(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
+    """Adjoint of the window gathering: add each window back to where it came from.
+
+    ``cols`` is ``(k_h·k_w, N, H_out, W_out, C)`` (as from :func:`offset_stack`)
+    and the result the padded-size NHWC array ``(N, H_p, W_p, C)``; with
+    ``channels_first`` they are ``(k_h·k_w, C, N, H_out, W_out)`` and
+    ``(C, N, H_p, W_p)``.
+    """
+    (kh, kw), (sh, sw) = kernel, stride
+    if channels_first:
+        _, C, N, Ho, Wo = cols.shape
+        shape, lead = (C, N) + tuple(padded_hw), (slice(None), slice(None))
+    else:
+        _, N, Ho, Wo, C = cols.shape
+        shape, lead = (N,) + tuple(padded_hw) + (C,), (slice(None),)
+    out = xp.zeros(shape, dtype=cols.dtype, device=array_api_compat.device(cols))
     for i in range(kh):
         for j in range(kw):
-            out = xpx.at(out)[:, i:i + sh * (Ho - 1) + 1:sh, j:j + sw * (Wo - 1) + 1:sw, :].add(
-                cols[:, :, :, i, j, :])
+            at = lead + (slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw),
+                         Ellipsis)
+            out = xpx.at(out)[at].add(cols[i * kw + j, ...])
     return out
 
 
@@ -99,32 +152,60 @@ def _crop(Xp, padding):
 def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
     """NHWC convolution (cross-correlation) of ``X`` with ``W (k_h, k_w, C_in, C_out)``.
 
-    Returns ``(Z, cols)``, the output and the window tensor (kept for backward).
+    Returns ``(Z, A)``: the output and the window matrix (kept for backward).
     """
     ph, pw = padding
-    Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
-    cols = windows(Xp, W.shape[:2], stride, xp=xp)
-    Z = contract(cols, W, xp=xp)
-    return (Z if b is None else Z + b), cols
+    Xc = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp, channels_first=True)
+    A, (Ho, Wo) = window_matrix(Xc, W.shape[:2], stride, xp=xp)
+    Z = contract(A, W, (X.shape[0], Ho, Wo), xp=xp)
+    return (Z if b is None else Z + b), A
 
 
-def conv2d_backward(dZ, cols, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp):
-    """Gradients ``(dX, dW, db)`` of :func:`conv2d` given the upstream ``dZ``."""
+def conv2d_backward(dZ, A, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp,
+                    input_grad="correlate"):
+    """Gradients ``(dX, dW, db)`` of :func:`conv2d` given the upstream ``dZ``.
+
+    ``input_grad`` picks how ``dX`` is computed (:data:`INPUT_GRAD`): "correlate"
+    (the rotated-kernel correlation) or "fold" (scattering); they agree to rounding.
+    """
     N, Ho, Wo, Co = dZ.shape
     kh, kw, Ci, _ = W.shape
-    K = kh * kw * Ci
-    dZ2 = xp.reshape(dZ, (N * Ho * Wo, Co))
-    dW = xp.reshape(xp.reshape(cols, (N * Ho * Wo, K)).T @ dZ2, W.shape)
-    db = xp.sum(dZ2, axis=0)
-    # dX: full correlation of the stride-dilated dZ with the rotated kernel
+    dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
+    dW = xp.reshape(A @ dZT.T, W.shape)               # the same windows against dZ
+    db = xp.sum(dZT, axis=1)
+    dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
+    return dX, dW, db
+
+
+def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp):
+    """``dX`` as in ALGORITHMS.md §0.3: correlate ``dZ`` -- zero-upsampled by the
+    stride and padded by ``k − 1 − pad`` -- with the 180°-rotated, in/out-transposed
+    kernel (a stride-1 convolution through the same window machinery)."""
+    N, Ho, Wo, Co = dZ.shape
+    kh, kw = W.shape[:2]
     (H, Wd), (sh, sw), (ph, pw) = input_hw, stride, padding
     top, left = kh - 1 - ph, kw - 1 - pw
     bottom = H + kh - 1 - top - ((Ho - 1) * sh + 1)
     right = Wd + kw - 1 - left - ((Wo - 1) * sw + 1)
-    dZp = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp)
+    dZc = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp, channels_first=True)
+    A_dZ, _ = window_matrix(dZc, (kh, kw), (1, 1), xp=xp)
     W_rot = xp.permute_dims(xp.flip(W, axis=(0, 1)), (0, 1, 3, 2))
-    dX = contract(windows(dZp, (kh, kw), (1, 1), xp=xp), W_rot, xp=xp)
-    return dX, dW, db
+    return contract(A_dZ, W_rot, (N, H, Wd), xp=xp)
+
+
+def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
+    """The same ``dX`` by scattering: each output's gradient ``W dZ`` is added back
+    onto its input window (col2im), skipping the zeros of the upsampled ``dZ``."""
+    N, Ho, Wo, Co = dZ.shape
+    kh, kw, Ci, _ = W.shape
+    (H, Wd), (ph, pw) = input_hw, padding
+    dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
+    cols = xp.reshape(xp.reshape(W, (kh * kw * Ci, Co)) @ dZT, (kh * kw, Ci, N, Ho, Wo))
+    dXc = fold(cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True)
+    return xp.permute_dims(dXc[:, :, ph:ph + H, pw:pw + Wd], (1, 2, 3, 0))
+
+
+INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
 
 
 # -------------------------------------------------------------------- layers
@@ -142,6 +223,10 @@ class Conv2D(Layer):
         Inferred at the first forward when None.
     init : {"he", "xavier", ...} or callable, default="he"
         Initialiser of the weights (fan-in ``k_h k_w C_in``); the bias starts at 0.
+    input_grad : {"correlate", "fold"}, default="correlate"
+        How ``backward`` computes ``dX``: correlating the stride-upsampled, padded
+        ``dZ`` with the rotated kernel (ALGORITHMS.md §0.3), or scattering ``W dZ``
+        back onto the input windows (col2im; less memory traffic). Equal to rounding.
     random_state : int, Generator or None
         Seed used when the layer is built on its own (a Sequential passes its own).
 
@@ -172,8 +257,9 @@ class Conv2D(Layer):
     _has_params = True
 
     def __init__(self, out_channels, kernel_size, stride=1, padding=0, *, in_channels=None,
-                 init="he", random_state=None):
+                 init="he", input_grad="correlate", random_state=None):
         super().__init__()
+        self.input_grad = input_grad
         self.out_channels = out_channels
         self.kernel_size = kernel_size
         self.stride = stride
@@ -186,6 +272,12 @@ class Conv2D(Layer):
         return (pair(self.kernel_size, "kernel_size", minimum=1),
                 pair(self.stride, "stride", minimum=1),
                 pair(self.padding, "padding", minimum=0))
+
+    def _input_grad(self):
+        if self.input_grad not in INPUT_GRAD:
+            raise ValueError(f"input_grad must be one of {sorted(INPUT_GRAD)}; got "
+                             f"{self.input_grad!r}")
+        return self.input_grad
 
     def _init_params(self, input_shape, rng):
         import numpy as np
@@ -208,20 +300,22 @@ class Conv2D(Layer):
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
     def forward(self, X):
+        self._input_grad()                       # fail before any work on a bad option
         self._ensure_built(X)
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
-        Z, cols = conv2d(X, self.params["W"], self.params["b"], stride=stride, padding=padding,
-                         xp=xp)
-        self._cache = (cols, tuple(X.shape[1:3]))
+        Z, A = conv2d(X, self.params["W"], self.params["b"], stride=stride, padding=padding,
+                      xp=xp)
+        self._cache = (A, tuple(X.shape[1:3]))
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        cols, input_hw = self._cache
+        A, input_hw = self._cache
         _, stride, padding = self._geometry()
         dX, self.grads["W"], self.grads["b"] = conv2d_backward(
-            dZ, cols, self.params["W"], input_hw, stride=stride, padding=padding, xp=xp)
+            dZ, A, self.params["W"], input_hw, stride=stride, padding=padding, xp=xp,
+            input_grad=self._input_grad())
         return dX
 
 
@@ -249,13 +343,12 @@ class _Pool2D(Layer):
     def _windows(self, X, fill, xp):
         k, s, (ph, pw) = self._geometry()
         Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp, fill=fill)
-        cols = windows(Xp, k, s, xp=xp)
-        self._cache_geometry = (tuple(Xp.shape[1:3]), s, (ph, pw))
-        return cols
+        self._cache_geometry = (k, tuple(Xp.shape[1:3]), s, (ph, pw))
+        return offset_stack(Xp, k, s, xp=xp)
 
     def _unwindow(self, cols, xp):
-        padded_hw, s, padding = self._cache_geometry
-        return _crop(fold(cols, padded_hw, s, xp=xp), padding)
+        k, padded_hw, s, padding = self._cache_geometry
+        return _crop(fold(cols, k, padded_hw, s, xp=xp), padding)
 
 
 class MaxPool2D(_Pool2D):
@@ -287,21 +380,15 @@ class MaxPool2D(_Pool2D):
 
     def forward(self, X):
         xp = array_api_compat.array_namespace(X)
-        cols = self._windows(X, -float("inf"), xp)
-        N, Ho, Wo, kh, kw, C = cols.shape
-        flat = xp.reshape(cols, (N, Ho, Wo, kh * kw, C))
-        Y = xp.max(flat, axis=3)
-        mask = xp.astype(flat == Y[:, :, :, None, :], X.dtype)
-        self._cache_share = mask / xp.sum(mask, axis=3, keepdims=True)
+        cols = self._windows(X, -float("inf"), xp)          # (k_h k_w, N, H_out, W_out, C)
+        Y = xp.max(cols, axis=0)
+        mask = xp.astype(cols == Y, X.dtype)
+        self._cache_share = mask / xp.sum(mask, axis=0)      # ties share evenly
         return Y
 
     def backward(self, dY):
         xp = array_api_compat.array_namespace(dY)
-        share = self._cache_share
-        N, Ho, Wo, kk, C = share.shape
-        kh, kw = pair(self.kernel_size, "kernel_size", minimum=1)
-        g = xp.reshape(share * dY[:, :, :, None, :], (N, Ho, Wo, kh, kw, C))
-        return self._unwindow(g, xp)
+        return self._unwindow(self._cache_share * dY, xp)
 
 
 class AvgPool2D(_Pool2D):
@@ -328,12 +415,10 @@ class AvgPool2D(_Pool2D):
 
     def forward(self, X):
         xp = array_api_compat.array_namespace(X)
-        cols = self._windows(X, 0.0, xp)
-        return xp.mean(cols, axis=(3, 4))
+        return xp.mean(self._windows(X, 0.0, xp), axis=0)
 
     def backward(self, dY):
         xp = array_api_compat.array_namespace(dY)
         (kh, kw), _, _ = self._geometry()
-        N, Ho, Wo, C = dY.shape
-        g = xp.broadcast_to((dY / (kh * kw))[:, :, :, None, None, :], (N, Ho, Wo, kh, kw, C))
+        g = xp.broadcast_to(dY / (kh * kw), (kh * kw,) + tuple(dY.shape))
         return self._unwindow(g, xp)
