@@ -229,3 +229,18 @@ def test_classifier_logistic_loss_and_labels():
         NeuralNetClassifier(loss="logistic").fit(X, np.arange(80) % 3)
     with pytest.raises(ValueError, match="input_shape"):
         NeuralNetClassifier(input_shape=(3, 3, 1)).fit(X, y)
+
+
+def test_demo_prints_the_learning_curve(tmp_path, capsys):
+    from xpml.demos import discover
+
+    assert discover()["cnn"].main(["--epochs", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "final test accuracy" in out and "train loss" in out
+    assert (tmp_path / "cnn_learning_curve.png").exists()
+
+
+def test_bench_suite_is_discovered():
+    from xpml.bench import discover
+
+    assert discover()["nn"].SUITE == "nn"
