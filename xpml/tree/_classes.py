@@ -175,9 +175,11 @@ class _BaseDecisionTree(BaseEstimator):
         else:
             check_consistent_length(X_val, y_val, names=("X_val", "y_val"))
             y_in = y_val
-        ctx, (X, yv) = enter(X_val, y_in, names=("X_val", "y_val"))
-        if not clf and y_in is not y_val:
-            pass
+        if clf:
+            ctx, (X,) = enter(X_val, names=("X_val",))
+            yv = ctx.xp.asarray(y_in, device=ctx.device)
+        else:
+            ctx, (X, yv) = enter(X_val, y_in, names=("X_val", "y_val"))
         xp = ctx.xp
         X = check_array(X, xp=xp, name="X_val", requested=ctx.dtype)
         from xpml.utils.validation import check_n_features
@@ -539,8 +541,8 @@ def export_text(decision_tree, *, feature_names=None, class_names=None, max_dept
         if t["children_left"][v] < 0:
             lines.append(ind + leaf_text(v))
             return
-        if depth >= max_depth:
-            lines.append("|   " * depth + f"|--- truncated branch of depth {_depth(t, v)}")
+        if depth > max_depth:
+            lines.append("|   " * depth + f"|--- truncated branch of depth {_depth(t, v) + 1}")
             return
         name, thr = names[t["feature"][v]], t["threshold"][v]
         lines.append(f"{ind}{name} <= {thr:.{decimals}f}")

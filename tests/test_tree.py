@@ -1,0 +1,232 @@
+"""Decision trees against scikit-learn, pruning, and backend parity.
+
+Tolerances: the root split's feature is equal, its threshold equal to 1e-6
+relative (scikit-learn stores X as float32, xpml computes in float64) and its
+impurity decrease to 1e-9 relative; test accuracies within 2 points of
+scikit-learn's tree, averaged over three stratified splits (70/30) because
+scikit-learn breaks exact ties between features by a random order.
+"""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
+from sklearn.model_selection import train_test_split
+from sklearn.tree import DecisionTreeClassifier as SkTree
+from sklearn.tree import DecisionTreeRegressor as SkReg
+from sklearn.tree import export_text as sk_export_text
+
+from xpml.exceptions import InvalidParameterError
+from xpml.tree import DecisionTreeClassifier, DecisionTreeRegressor, export_text
+
+LOADERS = {"breast_cancer": load_breast_cancer, "wine": load_wine, "digits": load_digits}
+_CACHE = {}
+
+
+def _data(name):
+    if name not in _CACHE:
+        _CACHE[name] = LOADERS[name](return_X_y=True)
+    return _CACHE[name]
+
+
+def _root_decrease(t, i=0):
+    """Weighted impurity decrease of node i, scikit-learn's definition."""
+    W, imp = np.asarray(t.weighted_n_node_samples), np.asarray(t.impurity)
+    left, right = np.asarray(t.children_left)[i], np.asarray(t.children_right)[i]
+    return (W[i] * imp[i] - W[left] * imp[left] - W[right] * imp[right]) / W[0]
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+def test_root_split_equals_sklearn(name, criterion):
+    X, y = _data(name)
+    ours = DecisionTreeClassifier(criterion=criterion, max_depth=1).fit(X, y)
+    ref = SkTree(criterion=criterion, max_depth=1, random_state=0).fit(X, y)
+    assert int(ours.tree_feature_[0]) == int(ref.tree_.feature[0])
+    np.testing.assert_allclose(ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6)
+    np.testing.assert_allclose(ours.tree_impurity_[0], ref.tree_.impurity[0], rtol=1e-12)
+    np.testing.assert_allclose(_root_decrease(ours.tree_), _root_decrease(ref.tree_), rtol=1e-9)
+    np.testing.assert_allclose(ours.tree_value_, ref.tree_.value[:, 0, :], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_fully_grown_tree_fits_distinct_points(name):
+    X, y = _data(name)
+    _, idx = np.unique(X, axis=0, return_index=True)
+    X, y = X[idx], y[idx]
+    clf = DecisionTreeClassifier().fit(X, y)
+    assert np.array_equal(clf.predict(X), y)
+    leaves = clf.apply(X)
+    assert np.all(clf.tree_feature_[leaves] == -2)
+    target = X[:, 0] + 2 * y
+    reg = DecisionTreeRegressor().fit(X, target)
+    np.testing.assert_allclose(reg.predict(X), target, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_test_accuracy_close_to_sklearn(name):
+    X, y = _data(name)
+    ours, ref = [], []
+    for seed in range(3):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+        for crit in ("gini", "entropy"):
+            ours.append(DecisionTreeClassifier(criterion=crit).fit(Xtr, ytr).score(Xte, yte))
+            ref.append(SkTree(criterion=crit, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+    assert abs(np.mean(ours) - np.mean(ref)) <= 0.02, (np.mean(ours), np.mean(ref))
+
+
+def _one_of_sklearns(ours, make_ref, X, seeds=range(100)):
+    """scikit-learn breaks exact ties between features by a random feature
+    order; xpml takes the lowest feature index. ``ours`` must equal
+    scikit-learn's tree for one of its random_states."""
+    text = export_text(ours)
+    for s in seeds:
+        ref = make_ref(s)
+        if sk_export_text(ref) == text:
+            return ref
+    raise AssertionError("the tree differs from scikit-learn's for every random_state")
+
+
+def test_stopping_rules_give_sklearn_tree():
+    """The whole tree (structure, thresholds, values, importances) is one of
+    scikit-learn's."""
+    X, y = _data("breast_cancer")
+    kw = dict(min_samples_leaf=5, min_samples_split=12, min_impurity_decrease=0.002)
+    for depth in (2, 4):
+        ours = DecisionTreeClassifier(max_depth=depth, **kw).fit(X, y)
+        ref = _one_of_sklearns(ours, lambda s: SkTree(max_depth=depth, random_state=s,
+                                                      **kw).fit(X, y), X)
+        assert ours.node_count_ == ref.tree_.node_count
+        assert ours.max_depth_ == ref.get_depth() and ours.n_leaves_ == ref.get_n_leaves()
+        np.testing.assert_array_equal(ours.predict_proba(X), ref.predict_proba(X))
+        np.testing.assert_allclose(ours.feature_importances_, ref.feature_importances_,
+                                   rtol=1e-9, atol=1e-12)
+        # same nodes, numbered breadth-first here and depth-first by scikit-learn
+        np.testing.assert_allclose(np.sort(ours.tree_impurity_), np.sort(ref.tree_.impurity),
+                                   rtol=1e-12)
+
+
+def test_regressor_matches_sklearn():
+    X, y = _data("wine")
+    target = X[:, 0] * 0.5 + y
+    for kw in ({"max_depth": 3}, {"min_samples_leaf": 4}):
+        ours = DecisionTreeRegressor(**kw).fit(X, target)
+        ref = SkReg(random_state=0, **kw).fit(X, target)
+        assert int(ours.tree_feature_[0]) == int(ref.tree_.feature[0])
+        np.testing.assert_allclose(ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6)
+        np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-10)
+
+
+def test_purity_threshold_stops_mixed_but_mostly_pure_nodes():
+    X, y = _data("breast_cancer")
+    clf = DecisionTreeClassifier(purity_threshold=0.9).fit(X, y)
+    inner = np.asarray(clf.tree_children_left_) >= 0
+    majority = np.asarray(clf.tree_value_).max(axis=1)
+    assert np.all(majority[inner] < 0.9)
+    assert clf.node_count_ < DecisionTreeClassifier().fit(X, y).node_count_
+
+
+def test_integer_weights_equal_repeated_rows():
+    X, y = _data("wine")
+    w = np.random.default_rng(0).integers(0, 3, len(y))
+    a = DecisionTreeClassifier().fit(X, y, sample_weight=w)
+    b = DecisionTreeClassifier().fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    np.testing.assert_array_equal(a.tree_threshold_, b.tree_threshold_)
+
+
+def _noisy(seed, n=600):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    flip = rng.random(n) < 0.25
+    return X, np.where(flip, 1 - y, y)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pruning_never_raises_validation_error_and_shrinks(seed):
+    X, y = _noisy(seed)
+    Xtr, ytr, Xv, yv = X[:400], y[:400], X[400:], y[400:]
+    clf = DecisionTreeClassifier(random_state=0).fit(Xtr, ytr)
+    before_err = np.mean(clf.predict(Xv) != yv)
+    before_nodes = clf.node_count_
+    clf.prune(Xv, yv)
+    after_err = np.mean(clf.predict(Xv) != yv)
+    assert after_err <= before_err
+    assert clf.node_count_ < 0.7 * before_nodes  # noise-fitting branches are removed
+    assert clf.n_pruned_nodes_ == before_nodes - clf.node_count_
+    # the pruned tree is a valid tree: leaves loop nowhere, importances sum to one
+    left = np.asarray(clf.tree_children_left_)
+    assert np.all(np.asarray(clf.tree_feature_)[left < 0] == -2)
+    np.testing.assert_allclose(np.sum(clf.feature_importances_), 1.0)
+
+
+def test_regression_pruning_never_raises_validation_sse():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, size=(500, 2))
+    y = np.sin(X[:, 0]) + rng.normal(scale=0.5, size=500)
+    reg = DecisionTreeRegressor().fit(X[:300], y[:300])
+    sse = np.sum((reg.predict(X[300:]) - y[300:]) ** 2)
+    n0 = reg.node_count_
+    reg.prune(X[300:], y[300:])
+    assert np.sum((reg.predict(X[300:]) - y[300:]) ** 2) <= sse
+    assert reg.node_count_ < 0.7 * n0
+
+
+def test_backends_give_numpy_results(xp):
+    """Fit, predict, apply and prune on every library give NumPy's numbers."""
+    X, y = _noisy(5, n=300)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
+    kw = dict(max_features=3, random_state=4, min_samples_leaf=2)
+    ref = DecisionTreeClassifier(criterion="entropy", **kw).fit(X[:200], y[:200], sample_weight=w[:200])
+    got = DecisionTreeClassifier(criterion="entropy", **kw).fit(
+        xp.asarray(X[:200]), xp.asarray(y[:200]), sample_weight=xp.asarray(w[:200]))
+    P = got.predict_proba(xp.asarray(X))
+    assert xp.is_native(P)
+    np.testing.assert_allclose(xp.to_numpy(P), ref.predict_proba(X), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(xp.to_numpy(got.apply(xp.asarray(X))), ref.apply(X))
+    np.testing.assert_array_equal(xp.to_numpy(got.tree_threshold_), ref.tree_threshold_)
+    ref.prune(X[200:], y[200:])
+    got.prune(xp.asarray(X[200:]), xp.asarray(y[200:]))
+    assert got.node_count_ == ref.node_count_
+    np.testing.assert_array_equal(xp.to_numpy(got.predict(xp.asarray(X))), ref.predict(X))
+    t = X[:, 0] ** 2 + X[:, 1]
+    r1 = DecisionTreeRegressor(max_features=0.5, random_state=0).fit(X, t)
+    r2 = DecisionTreeRegressor(max_features=0.5, random_state=0).fit(xp.asarray(X), xp.asarray(t))
+    np.testing.assert_allclose(xp.to_numpy(r2.predict(xp.asarray(X))), r1.predict(X), rtol=1e-12)
+
+
+def test_random_feature_subsets_are_seeded():
+    X, y = _data("wine")
+    a = DecisionTreeClassifier(max_features="sqrt", random_state=3).fit(X, y)
+    b = DecisionTreeClassifier(max_features="sqrt", random_state=3).fit(X, y)
+    np.testing.assert_array_equal(a.tree_feature_, b.tree_feature_)
+    c = [DecisionTreeClassifier(max_features=1, random_state=s).fit(X, y).tree_feature_[0]
+         for s in range(8)]
+    assert len(set(np.asarray(c).tolist())) > 1
+
+
+def test_errors_name_the_argument():
+    X, y = _data("wine")
+    with pytest.raises(InvalidParameterError, match="criterion"):
+        DecisionTreeClassifier(criterion="mse").fit(X, y)
+    with pytest.raises(InvalidParameterError, match="purity_threshold"):
+        DecisionTreeClassifier(purity_threshold=1.5).fit(X, y)
+    with pytest.raises(ValueError, match="max_features"):
+        DecisionTreeClassifier(max_features=100).fit(X, y)
+    clf = DecisionTreeClassifier(max_depth=2).fit(X, y)
+    with pytest.raises(ValueError, match="y_val"):
+        clf.prune(X, np.full(len(y), 7))
+    with pytest.raises(ValueError, match="feature_names"):
+        export_text(clf, feature_names=["a"])
+
+
+def test_export_text_truncates():
+    X, y = _data("breast_cancer")
+    clf = DecisionTreeClassifier().fit(X, y)
+    names = [f"f{i}" for i in range(X.shape[1])]
+    text = export_text(clf, max_depth=1, feature_names=names)
+    assert text.startswith("|--- f20 <= 16.80")
+    assert "truncated branch of depth" in text
+    refs = [sk_export_text(SkTree(random_state=s).fit(X, y), max_depth=1, feature_names=names)
+            for s in range(10)]
+    assert text in refs
