@@ -38,6 +38,11 @@ def _snapshot(layer):
             for k, v in vars(layer).items() if not k.startswith("_cache")}
 
 
+def _drop_caches(obj):
+    for k in [k for k in vars(obj) if k.startswith("_cache")]:
+        delattr(obj, k)
+
+
 def _move_in_place(obj, fn):
     """Apply ``fn`` to the arrays of ``obj`` (a layer or optimiser), keeping the object."""
     if obj is None:
@@ -234,6 +239,8 @@ class Sequential(Persistable):
                 layer.__dict__.update(state)
         self.n_epochs_ = len(history["loss"])
         self.history = history
+        for obj in self.layers + [self.loss_]:
+            _drop_caches(obj)       # the last batch's windows are not worth keeping
         self.eval()
         return self
 
