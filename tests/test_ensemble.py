@@ -1,0 +1,193 @@
+"""Bagging, random forests and AdaBoost against scikit-learn and the maths.
+
+Stated tolerances:
+* Bagging: out-of-bag accuracy within 3 points of held-out accuracy
+  (breast_cancer and digits, 50 trees; wine's 124 training points make the
+  OOB estimate too noisy for 3 points).
+* RandomForest(100 trees): test accuracy within 1.5 points of scikit-learn's
+  RandomForestClassifier(n_estimators=100), each averaged over three
+  stratified 70/30 splits with seeds 0, 1, 2.
+* AdaBoost with stumps: the exponential loss falls every round and equals
+  Π_t 2√(err_t(1−err_t)); the training error stays below it; β_t follows
+  ½ ln((1−err_t)/err_t) exactly; test accuracy within 2 points of
+  scikit-learn's AdaBoost (SAMME) with stumps.
+"""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
+from sklearn.ensemble import AdaBoostClassifier as SkAda
+from sklearn.ensemble import RandomForestClassifier as SkForest
+from sklearn.ensemble import RandomForestRegressor as SkForestReg
+from sklearn.model_selection import train_test_split
+from sklearn.tree import DecisionTreeClassifier as SkTree
+
+from xpml.ensemble import (
+    AdaBoostClassifier,
+    BaggingClassifier,
+    BaggingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from xpml.linear_model import LinearRegression
+from xpml.tree import DecisionTreeClassifier
+
+LOADERS = {"breast_cancer": load_breast_cancer, "wine": load_wine, "digits": load_digits}
+_CACHE = {}
+
+
+def _split(name, seed):
+    if name not in _CACHE:
+        _CACHE[name] = LOADERS[name](return_X_y=True)
+    X, y = _CACHE[name]
+    return train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "digits"])
+def test_bagging_oob_close_to_held_out(name):
+    Xtr, Xte, ytr, yte = _split(name, 0)
+    bag = BaggingClassifier(n_estimators=50, oob_score=True, random_state=0).fit(Xtr, ytr)
+    assert abs(bag.oob_score_ - bag.score(Xte, yte)) <= 0.03
+    P = bag.oob_decision_function_
+    assert P.shape == (len(ytr), len(np.unique(ytr)))
+    seen = ~np.isnan(P[:, 0])
+    np.testing.assert_allclose(P[seen].sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_random_forest_accuracy_close_to_sklearn(name):
+    ours, ref = [], []
+    for seed in range(3):
+        Xtr, Xte, ytr, yte = _split(name, seed)
+        ours.append(RandomForestClassifier(100, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+        ref.append(SkForest(100, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+    assert abs(np.mean(ours) - np.mean(ref)) <= 0.015, (np.mean(ours), np.mean(ref))
+
+
+def test_random_forest_regressor_close_to_sklearn():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(600, 6))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.normal(size=600)
+    ours = RandomForestRegressor(50, random_state=0, oob_score=True).fit(X[:400], y[:400])
+    ref = SkForestReg(50, max_features=1 / 3, random_state=0).fit(X[:400], y[:400])
+    r2, r2_ref = ours.score(X[400:], y[400:]), ref.score(X[400:], y[400:])
+    assert abs(r2 - r2_ref) <= 0.03, (r2, r2_ref)
+    assert abs(ours.oob_score_ - r2) <= 0.05
+    assert all(t.max_features == 1 / 3 for t in ours.estimators_)
+
+
+def test_forest_uses_a_fresh_feature_subset_per_node():
+    Xtr, _, ytr, _ = _split("breast_cancer", 0)
+    rf = RandomForestClassifier(5, max_features=1, random_state=0).fit(Xtr, ytr)
+    roots = {int(t.tree_feature_[0]) for t in rf.estimators_}
+    inner = [np.asarray(t.tree_feature_)[np.asarray(t.tree_feature_) >= 0] for t in rf.estimators_]
+    assert len(roots) > 1 and all(len(set(f.tolist())) > 5 for f in inner)
+    np.testing.assert_allclose(np.sum(rf.feature_importances_), 1.0)
+
+
+def test_forest_is_reproducible_and_independent_of_n_jobs():
+    Xtr, Xte, ytr, _ = _split("wine", 1)
+    a = RandomForestClassifier(30, random_state=5).fit(Xtr, ytr)
+    b = RandomForestClassifier(30, random_state=5, n_jobs=2).fit(Xtr, ytr)
+    np.testing.assert_array_equal(a.predict_proba(Xte), b.predict_proba(Xte))
+    for ta, tb in zip(a.estimators_, b.estimators_):
+        np.testing.assert_array_equal(ta.tree_threshold_, tb.tree_threshold_)
+
+
+def test_members_are_usable_trees():
+    Xtr, Xte, ytr, _ = _split("wine", 0)
+    rf = RandomForestClassifier(7, random_state=0).fit(Xtr, ytr)
+    P = np.mean([t.predict_proba(Xte) for t in rf.estimators_], axis=0)
+    np.testing.assert_allclose(rf.predict_proba(Xte), P, rtol=1e-12)
+
+
+def test_generic_members_through_sample_weight():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=200)
+    bag = BaggingRegressor(LinearRegression(), n_estimators=8, oob_score=True,
+                           random_state=0).fit(X, y)
+    assert len(bag.estimators_) == 8 and bag.oob_score_ > 0.99
+    coefs = np.stack([m.coef_ for m in bag.estimators_])
+    np.testing.assert_allclose(coefs.mean(0), [1.0, -2.0, 0.5], atol=0.05)
+    assert np.ptp(coefs[:, 0]) > 0  # different bootstrap samples
+
+
+def test_ensembles_on_every_backend_give_numpy_results(xp):
+    Xtr, Xte, ytr, _ = _split("wine", 2)
+    for est in (RandomForestClassifier(10, random_state=0, oob_score=True),
+                BaggingClassifier(n_estimators=5, random_state=1),
+                AdaBoostClassifier(n_estimators=15)):
+        ref = est.fit(Xtr, ytr).predict_proba(Xte)
+        got = type(est)(**est.get_params()).fit(xp.asarray(Xtr), xp.asarray(ytr))
+        P = got.predict_proba(xp.asarray(Xte))
+        assert xp.is_native(P)
+        np.testing.assert_allclose(xp.to_numpy(P), ref, rtol=1e-10, atol=1e-12)
+    yr = Xtr[:, 0] + ytr
+    r1 = RandomForestRegressor(10, random_state=0).fit(Xtr, yr)
+    r2 = RandomForestRegressor(10, random_state=0).fit(xp.asarray(Xtr), xp.asarray(yr))
+    np.testing.assert_allclose(xp.to_numpy(r2.predict(xp.asarray(Xte))), r1.predict(Xte),
+                               rtol=1e-10)
+
+
+def _binary_sign(y):
+    return np.where(y == 1, 1.0, -1.0)
+
+
+def test_adaboost_follows_the_formulas_and_lowers_the_exponential_loss():
+    Xtr, _, ytr, _ = _split("breast_cancer", 0)
+    ada = AdaBoostClassifier(n_estimators=40).fit(Xtr, ytr)
+    err, beta = np.asarray(ada.estimator_errors_), np.asarray(ada.estimator_weights_)
+    np.testing.assert_allclose(beta, 0.5 * np.log((1 - err) / err), rtol=1e-12)
+    # replay the weights: err_t is member t's weighted error under them
+    w = np.full(len(ytr), 1.0 / len(ytr))
+    F = np.zeros(len(ytr))
+    s = _binary_sign(ytr)
+    losses, train_err = [], []
+    for t, m in enumerate(ada.estimators_):
+        miss = m.predict(Xtr) != ytr
+        np.testing.assert_allclose(np.sum(w[miss]), err[t], rtol=1e-9)
+        w = w * np.exp(np.where(miss, beta[t], -beta[t]))
+        w /= w.sum()
+        F += beta[t] * _binary_sign(m.predict(Xtr))
+        losses.append(np.mean(np.exp(-s * F)))
+        train_err.append(np.mean(np.sign(F) != s))
+    Z = 2 * np.sqrt(err * (1 - err))
+    np.testing.assert_allclose(losses, np.cumprod(Z), rtol=1e-9)
+    assert np.all(np.diff(losses) < 0)  # the exponential-loss bound falls every round
+    assert np.all(np.asarray(train_err) <= np.asarray(losses))
+    staged = [np.mean(p != ytr) for p in ada.staged_predict(Xtr)]
+    np.testing.assert_allclose(staged, train_err)
+    assert staged[-1] < staged[0]
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_adaboost_accuracy_close_to_sklearn(name):
+    Xtr, Xte, ytr, yte = _split(name, 0)
+    ours = AdaBoostClassifier(n_estimators=50).fit(Xtr, ytr)
+    ref = SkAda(SkTree(max_depth=1), n_estimators=50, random_state=0).fit(Xtr, ytr)
+    assert abs(ours.score(Xte, yte) - ref.score(Xte, yte)) <= 0.02
+    if name == "breast_cancer":  # two classes: sklearn's SAMME vote is α = 2β
+        n = len(ours.estimator_weights_)
+        np.testing.assert_allclose(2 * np.asarray(ours.estimator_weights_),
+                                   ref.estimator_weights_[:n], rtol=1e-8)
+
+
+def test_adaboost_edge_cases():
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    ada = AdaBoostClassifier(n_estimators=10).fit(X, np.array([0, 0, 1, 1]))
+    assert len(ada.estimators_) == 1 and ada.estimator_errors_[0] == 0.0  # err = 0: stop
+    assert np.isfinite(ada.estimator_weights_[0])
+    Xx = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="chance"):  # XOR: every stump has err = 1/2
+        AdaBoostClassifier().fit(Xx, np.array([0, 0, 1, 1]))
+    with pytest.raises(ValueError, match="bootstrap"):
+        BaggingClassifier(bootstrap=False, oob_score=True).fit(X, np.array([0, 0, 1, 1]))
+
+
+def test_progress_bar_option(capsys):
+    Xtr, _, ytr, _ = _split("wine", 0)
+    RandomForestClassifier(30, random_state=0, progress=True).fit(Xtr, ytr)
+    AdaBoostClassifier(n_estimators=5, progress=True).fit(Xtr, ytr)
+    err = capsys.readouterr().err
+    assert "RandomForestClassifier" in err and "AdaBoostClassifier" in err
