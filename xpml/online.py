@@ -46,8 +46,6 @@ PA_STEPS = {
 class _OnlineBinary(ClassifierMixin, BaseEstimator):
     """State handling, label mapping, ``fit``/``partial_fit`` and prediction."""
 
-    _xpml_abstract = True
-
     # -------------------------------------------------------------- labels
     def _signs(self, y, classes, ctx, dtype):
         """``±1`` targets (device array) for the batch's labels; sets ``classes_``
@@ -59,8 +57,8 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             k = int(cls.shape[0])
             if k > 2 or (classes is not None and k != 2):
                 raise ValueError(
-                    f"{type(self).__name__} is a binary classifier: it needs exactly two "
-                    f"classes, got {k} class labels {to_numpy(cls).tolist()!r}")
+                    f"Only binary classification is supported: {type(self).__name__} needs "
+                    f"exactly two classes, got {k} class labels {to_numpy(cls).tolist()!r}")
             if k < 2:
                 raise ValueError(
                     f"{type(self).__name__} needs two classes; y has a single class "
@@ -79,6 +77,9 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Forget everything, then make ``n_epochs`` passes over the rows in
         order; returns self."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
+                             f"y is None")
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, k)
         encode_labels(y, name="y")          # two or more classes, finite, not continuous
