@@ -73,7 +73,7 @@ def test_duality_gap_closes(loss):
     # KKT: α = 0 where the margin is > 1, α = C where it is < 1 (hinge)
     yy = np.where(ytr == 1, 1.0, -1.0)
     margin = yy * est.decision_function(Xtr)
-    a = est.dual_coef_
+    a = est.dual_coef_ * yy  # dual_coef_ holds αᵢyᵢ
     assert np.all(a >= 0)
     assert np.all(a[margin > 1 + 1e-3] < 1e-8)
     if loss == "hinge":
@@ -82,7 +82,7 @@ def test_duality_gap_closes(loss):
     else:  # squared hinge: α = 2C ξ
         np.testing.assert_allclose(a, 2 * 0.5 * np.maximum(1 - margin, 0), atol=1e-4)
     # w = Σ αᵢ yᵢ xᵢ
-    np.testing.assert_allclose(est.coef_[0], (a * yy) @ Xtr, atol=1e-10)
+    np.testing.assert_allclose(est.coef_[0], est.dual_coef_ @ Xtr, atol=1e-10)
 
 
 def test_intercept_by_augmentation_matches_liblinear():

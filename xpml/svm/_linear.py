@@ -185,7 +185,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     n_iter_ : int
         Epochs run (the largest over the one-vs-rest subproblems).
     dual_coef_ : array of shape (n_samples,) or (n_samples, n_classes)
-        The dual variables ``αᵢ`` of each subproblem (``w = Σ αᵢ yᵢ xᵢ``).
+        ``αᵢyᵢ`` of each subproblem (labels ``±1``), so that
+        ``w = Σᵢ dual_coef_[i] xᵢ`` over the (augmented) samples.
     primal_objective_, dual_objective_ : array of shape (1,) or (n_classes,)
         Objective values at the solution; ``primal − dual ≥ 0`` is the duality
         gap, a certificate of convergence.
@@ -291,7 +292,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             self.intercept_ = float(self.intercept_scaling) * W[:, d]
         else:
             self.intercept_ = xp.zeros((W.shape[0],), dtype=X.dtype, device=dev)
-        self.dual_coef_ = A[:, 0] if k == 2 else A
+        dual_coef = A * Y  # αᵢyᵢ, SVC's sign convention: coef_ = dual_coef_ᵀ X
+        self.dual_coef_ = dual_coef[:, 0] if k == 2 else dual_coef
         self.primal_objective_ = primal
         self.dual_objective_ = dual
         self.n_iter_ = int(epochs)
