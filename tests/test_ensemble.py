@@ -191,3 +191,11 @@ def test_progress_bar_option(capsys):
     AdaBoostClassifier(n_estimators=5, progress=True).fit(Xtr, ytr)
     err = capsys.readouterr().err
     assert "RandomForestClassifier" in err and "AdaBoostClassifier" in err
+
+
+def test_trees_demo_runs(tmp_path, capsys):
+    from xpml.demos import trees
+
+    assert trees.main(["--quick", "--n-train", "200", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "reduced-error pruning" in out and "variance" in out
