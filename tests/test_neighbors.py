@@ -96,16 +96,19 @@ def test_kneighbors_without_X_excludes_self(digits):
     np.testing.assert_allclose(d, sd, rtol=1e-12)
 
 
-def test_partition_topk_agrees_with_portable_sort(xp, rng):
+@pytest.mark.parametrize("shape", [(40, 50), (30, 700)])
+def test_topk_methods_agree_with_stable_sort(xp, rng, shape):
     # integer data: many exact ties, including at the k-th value
-    D = rng.integers(0, 6, size=(40, 50)).astype(np.float64)
-    for k in (1, 3, 7, 50):
-        v1, p1 = topk_smallest(xp.asarray(D), k, xp=xp.xp)
-        v2, p2 = topk_smallest(xp.asarray(D), k, xp=xp.xp, portable=True)
-        np.testing.assert_array_equal(xp.to_numpy(p1), xp.to_numpy(p2))
-        np.testing.assert_array_equal(xp.to_numpy(v1), xp.to_numpy(v2))
-        ref = np.lexsort((np.broadcast_to(np.arange(50), D.shape), D), axis=-1)[:, :k]
-        np.testing.assert_array_equal(xp.to_numpy(p1), ref)
+    D = rng.integers(0, 6, size=shape).astype(np.float64)
+    D2 = rng.normal(size=shape)
+    for data in (D, D2):
+        ref = np.lexsort((np.broadcast_to(np.arange(shape[1]), shape), data), axis=-1)
+        for k in (1, 3, 7, shape[1]):
+            for method in ("auto", "threshold", "partition", "sort"):
+                v, p = topk_smallest(xp.asarray(data), k, xp=xp.xp, method=method)
+                np.testing.assert_array_equal(xp.to_numpy(p), ref[:, :k], err_msg=method)
+                np.testing.assert_array_equal(xp.to_numpy(v),
+                                              np.take_along_axis(data, ref[:, :k], axis=1))
 
 
 def test_tiled_search_equals_one_block(xp, rng):
@@ -121,6 +124,9 @@ def test_tiled_search_equals_one_block(xp, rng):
     # the memory budget drives the tiling too
     d3, i3 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp, memory_budget=2000)
     np.testing.assert_array_equal(xp.to_numpy(i3), xp.to_numpy(i0))
+    for topk in ("threshold", "partition", "sort"):
+        _, i4 = exhaustive_kneighbors(Qb, Xb, 6, xp=xp.xp, block_rows=8, topk=topk)
+        np.testing.assert_array_equal(xp.to_numpy(i4), xp.to_numpy(i0))
 
 
 @pytest.mark.parametrize("d", [2, 3, 5])

@@ -6,11 +6,12 @@ points it computes squared distances with the Gram engine
 (:func:`xpml.kernels.sq_distances`), keeps the ``k`` smallest per row, and merges
 the column blocks' candidates with a second top-k. Everything is array-API.
 
-The array API has no top-k. :func:`topk_smallest` selects with
-``numpy.argpartition`` / ``torch.topk`` where the backend has one (behind
-:func:`_select_k_positions`) and with a stable ``argsort`` elsewhere; rows whose
-k-th value is tied are re-selected by a stable sort, so both paths return the
-same answer.
+The array API has no top-k. :func:`topk_smallest` selects by a portable
+threshold filter (group minima bound the k-th value; a few passes over the
+block, much faster than ``numpy.argpartition``), by ``torch.topk`` on torch
+(behind :func:`_partition_positions`, rows tied at the k-th value repaired by a
+stable sort), or by a stable ``argsort`` (the reference); all return the same
+answer.
 
 **Tie rule**: neighbours are ordered by (squared distance, training index):
 among equal distances the smaller training index comes first, whatever the
@@ -29,6 +30,9 @@ follows the same tie rule. With ``max_leaves`` it stops after that many leaves
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import array_api_compat
 import numpy as np
 
@@ -44,6 +48,8 @@ __all__ = [
 ]
 
 _MIN_BLOCK_ROWS = 64  # below this many query rows per block, the training set is split too
+_CPU_BLOCK_BYTES = 16 * 2**20  # default workspace per thread for NumPy (cache-sized blocks)
+_MAX_THREADS = 8
 
 
 def _device(x):
@@ -51,44 +57,32 @@ def _device(x):
 
 
 # ------------------------------------------------------------------------ top-k
-def _select_k_positions(D, k, /, *, xp):
+def _partition_positions(D, k, /, *, xp):
     """Column positions of *some* ``k`` smallest entries per row (order and ties
-    unspecified): a partition where the backend has one, else a stable sort."""
-    if k < D.shape[1]:
-        if array_api_compat.is_numpy_namespace(xp):
-            return np.argpartition(D, k - 1, axis=1)[:, :k]
-        if array_api_compat.is_torch_namespace(xp):
-            import torch
+    unspecified) with the backend's partition; None where it has none."""
+    if array_api_compat.is_numpy_namespace(xp):
+        return np.argpartition(D, k - 1, axis=1)[:, :k]
+    if array_api_compat.is_torch_namespace(xp):
+        import torch
 
-            return torch.topk(D, k, dim=1, largest=False, sorted=False).indices
-    return xp.argsort(D, axis=1, stable=True)[:, :k]
+        return torch.topk(D, k, dim=1, largest=False, sorted=False).indices
+    return None
 
 
-def topk_smallest(D, k, /, *, xp, portable=False):
-    """The ``k`` smallest entries of each row of ``D`` and their column positions.
-
-    Rows come ordered by (value, position): among equal values the smaller
-    position first. ``portable=True`` uses only a stable ``argsort``; otherwise a
-    backend's partition selects and tied rows are repaired, giving the same result.
-
-    Returns
-    -------
-    values : array (b, k)
-    positions : array (b, k), integer
-    """
-    b, m = D.shape
-    if portable or k >= m:
-        pos = xp.argsort(D, axis=1, stable=True)[:, :k]
-        return xp.take_along_axis(D, pos, axis=1), pos
-    pos = _select_k_positions(D, k, xp=xp)
+def _topk_by_partition(D, k, /, *, xp):
+    """Backend partition, then rows tied at the k-th value re-selected by a
+    stable sort, then the k sorted by (value, position)."""
+    b = D.shape[0]
+    pos = _partition_positions(D, k, xp=xp)
+    if pos is None:
+        return _topk_by_sort(D, k, xp=xp)
     kth = xp.max(xp.take_along_axis(D, pos, axis=1), axis=1)
     # a row with more than k entries <= its k-th value has a tie at the boundary:
-    # the partition may have kept a larger index, so that row is sorted instead
+    # the partition may have kept a larger position, so that row is sorted instead
     tied = xp.count_nonzero(D <= kth[:, None], axis=1) > k
     if bool(xp.any(tied)):
         rows = xp.nonzero(tied)[0]
-        fixed = xp.argsort(xp.take(D, rows, axis=0), axis=1, stable=True)[:, :k]
-        fixed = xp.astype(fixed, pos.dtype)
+        fixed = xp.astype(_topk_by_sort(xp.take(D, rows, axis=0), k, xp=xp)[1], pos.dtype)
         rank = xp.cumulative_sum(xp.astype(tied, xp.int64)) - 1
         row_map = xp.where(tied, b + rank, xp.arange(b, dtype=xp.int64, device=_device(D)))
         pos = xp.take(xp.concat([pos, fixed], axis=0), row_map, axis=0)
@@ -98,12 +92,106 @@ def topk_smallest(D, k, /, *, xp, portable=False):
     return xp.take_along_axis(vals, order, axis=1), xp.take_along_axis(pos, order, axis=1)
 
 
+def _topk_by_sort(D, k, /, *, xp):
+    pos = xp.argsort(D, axis=1, stable=True)[:, :k]
+    return xp.take_along_axis(D, pos, axis=1), pos
+
+
+def _topk_by_threshold(D, k, /, *, xp):
+    """Portable selection in about one pass over ``D``.
+
+    Each row is cut into groups of ``s`` columns (the last ``m mod s`` columns
+    form one more group). The k-th smallest group minimum ``τ`` bounds the k-th
+    smallest entry from above (k distinct entries are ``<= τ``), so only groups
+    whose minimum is ``<= τ`` hold candidates — usually about k groups. Their
+    entries ``<= τ`` are sorted by (row, value, position) and the first k of
+    each row kept.
+    """
+    b, m = D.shape
+    dev = _device(D)
+    s = max(1, min(256, m // max(2 * k, 1)))
+    g = m // s
+    rem = m - g * s
+    mins = xp.min(xp.reshape(D[:, : g * s], (b, g, s)), axis=2)
+    if rem:
+        mins = xp.concat([mins, xp.min(D[:, g * s:], axis=1, keepdims=True)], axis=1)
+    tau = xp.sort(mins, axis=1)[:, k - 1]
+    # candidate groups: a (row, group) pair per hit, expanded to its s columns
+    rows_g, grp = xp.nonzero(mins[:, :g] <= tau[:, None])
+    offs = xp.arange(s, dtype=grp.dtype, device=dev)
+    cols = xp.reshape(grp[:, None] * s + offs[None, :], (-1,))
+    rows = xp.reshape(xp.broadcast_to(rows_g[:, None], (rows_g.shape[0], s)), (-1,))
+    if rem:  # the short last group is always scanned
+        tail = xp.arange(g * s, m, dtype=grp.dtype, device=dev)
+        rows = xp.concat([rows, xp.reshape(xp.broadcast_to(
+            xp.arange(b, dtype=grp.dtype, device=dev)[:, None], (b, rem)), (-1,))])
+        cols = xp.concat([cols, xp.reshape(xp.broadcast_to(tail[None, :], (b, rem)), (-1,))])
+    vals = xp.take(xp.reshape(D, (-1,)), rows * m + cols)
+    keep = xp.nonzero(vals <= xp.take(tau, rows))[0]
+    rows, cols, vals = xp.take(rows, keep), xp.take(cols, keep), xp.take(vals, keep)
+    order = xp.argsort(cols, stable=True)
+    order = xp.take(order, xp.argsort(xp.take(vals, order), stable=True))
+    order = xp.take(order, xp.argsort(xp.take(rows, order), stable=True))
+    start = xp.searchsorted(xp.take(rows, order), xp.arange(b, dtype=rows.dtype, device=dev))
+    first_k = start[:, None] + xp.arange(k, dtype=start.dtype, device=dev)[None, :]
+    pick = xp.take(order, xp.reshape(first_k, (-1,)))
+    return (xp.reshape(xp.take(vals, pick), (b, k)),
+            xp.reshape(xp.take(cols, pick), (b, k)))
+
+
+TOPK_METHODS = ("auto", "threshold", "partition", "sort")
+
+
+def topk_smallest(D, k, /, *, xp, method="auto"):
+    """The ``k`` smallest entries of each row of ``D`` and their column positions.
+
+    Rows come ordered by (value, position): among equal values the smaller
+    position first. Every method gives the same answer:
+
+    * ``"sort"``: a stable ``argsort`` of the whole row (the reference);
+    * ``"threshold"``: group minima bound the k-th value, then only the few
+      candidates below the bound are sorted (array-API, a few passes);
+    * ``"partition"``: ``numpy.argpartition`` / ``torch.topk``, rows tied at the
+      k-th value repaired by the stable sort (other backends: ``"sort"``);
+    * ``"auto"``: "partition" on torch (its top-k is fast on CPU and GPU),
+      "threshold" elsewhere, "sort" for short rows.
+
+    Returns
+    -------
+    values : array (b, k)
+    positions : array (b, k), integer
+    """
+    m = D.shape[1]
+    if method == "auto":
+        if k >= m or m < 16 * k:
+            method = "sort"
+        else:
+            method = "partition" if array_api_compat.is_torch_namespace(xp) else "threshold"
+    if method == "sort" or k >= m:
+        return _topk_by_sort(D, k, xp=xp)
+    if method == "threshold":
+        return _topk_by_threshold(D, k, xp=xp)
+    if method == "partition":
+        return _topk_by_partition(D, k, xp=xp)
+    raise ValueError(f"method must be one of {TOPK_METHODS}; got {method!r}")
+
+
 def _itemsize(X):
     return 4 if "32" in str(X.dtype) else 8
 
 
+def _single_threaded_blas():
+    """A context limiting BLAS to one thread (threadpoolctl, installed with
+    scikit-learn), or None when threadpoolctl is missing: then no thread pool."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, block_cols=None,
-                          memory_budget=None, portable=False):
+                          memory_budget=None, topk="auto"):
     """Exact k nearest training rows of each query by tiled exhaustive search.
 
     Parameters
@@ -117,8 +205,15 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
     block_rows, block_cols : int, optional
         Tile sizes; by default the query rows follow ``memory_budget`` and the
         training set is split only when fewer than 64 query rows would fit.
-    portable : bool
-        Use the stable-sort top-k only (no backend partition).
+    memory_budget : float, optional
+        Bytes of distance-block workspace. Default: the Gram engine's budget;
+        on NumPy 16 MiB per CPU thread, since cache-sized blocks are faster
+        there, and the row blocks are spread over a thread pool (NumPy
+        releases the GIL; BLAS limited to one thread meanwhile, through
+        threadpoolctl when it is installed, else no pool).
+    topk : {"auto", "threshold", "partition", "sort"}
+        The per-block selection (see :func:`topk_smallest`); all give the same
+        neighbours.
 
     Returns
     -------
@@ -132,24 +227,30 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
     n_q, d = Q.shape
     n = X.shape[0]
     size = _itemsize(X)
+    host = array_api_compat.is_numpy_namespace(xp)
+    threads = min(os.cpu_count() or 1, _MAX_THREADS) if host else 1
+    if memory_budget is None and host:
+        # on the CPU, blocks that stay in cache beat big ones; one per thread
+        memory_budget = _CPU_BLOCK_BYTES * threads
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    budget = budget / threads
     if X_norms is None:
         X_norms = sq_norms(X, xp=xp)
     if block_cols is None:
-        budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
         max_cols = int(budget // (size * 3 * _MIN_BLOCK_ROWS))
         block_cols = n if n <= max_cols else max(max_cols, k)
     block_cols = int(block_cols)
     rows = block_rows_for(min(block_cols, n), d, size, kernel="linear",
-                          memory_budget=memory_budget, block_rows=block_rows)
+                          memory_budget=budget, block_rows=block_rows)
     col_starts = list(range(0, n, block_cols))
-    out_d, out_i = [], []
-    for r0 in range(0, n_q, rows):
+
+    def row_block(r0):
         Qb = Q[r0:min(r0 + rows, n_q), :]
         cand_d, cand_i = [], []
         for c0 in col_starts:
             c1 = min(c0 + block_cols, n)
             D = sq_distances(Qb, X[c0:c1, :], xp=xp, Y_norms=X_norms[c0:c1])
-            v, p = topk_smallest(D, min(k, c1 - c0), xp=xp, portable=portable)
+            v, p = topk_smallest(D, min(k, c1 - c0), xp=xp, method=topk)
             cand_d.append(v)
             cand_i.append(xp.astype(p, xp.int64) + c0)
         if len(col_starts) == 1:
@@ -158,14 +259,23 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
             # candidates are grouped by increasing index and sorted by (value, index)
             # within a group, so a stable sort on values keeps the (value, index) rule
             V, P = xp.concat(cand_d, axis=1), xp.concat(cand_i, axis=1)
-            _, p = topk_smallest(V, k, xp=xp, portable=True)
+            _, p = topk_smallest(V, k, xp=xp, method="sort")
             ind = xp.take_along_axis(P, p, axis=1)
-        d2, ind = _refine(Qb, X, ind, xp=xp)
-        out_d.append(d2)
-        out_i.append(ind)
-    if len(out_d) == 1:
-        return out_d[0], out_i[0]
-    return xp.concat(out_d, axis=0), xp.concat(out_i, axis=0)
+        return _refine(Qb, X, ind, xp=xp)
+
+    starts = list(range(0, n_q, rows))
+    limits = _single_threaded_blas() if threads > 1 and len(starts) > 1 else None
+    if limits is not None:
+        # NumPy releases the GIL in its kernels: row blocks run on all cores, each
+        # with a one-thread BLAS (two levels of threads would fight for the cores)
+        with limits, ThreadPoolExecutor(max_workers=threads) as pool:
+            results = list(pool.map(row_block, starts))
+    else:
+        results = [row_block(r0) for r0 in starts]
+    if len(results) == 1:
+        return results[0]
+    return (xp.concat([r[0] for r in results], axis=0),
+            xp.concat([r[1] for r in results], axis=0))
 
 
 def _direct_sq_distances(Q, P, /, *, xp):
