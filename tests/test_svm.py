@@ -1,0 +1,382 @@
+"""SVC on the vectorized SMO: scikit-learn parity, KKT, backends, memory budget."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+import xpml
+from xpml.exceptions import ConvergenceWarning, InvalidParameterError
+from xpml.svm import SVC
+from xpml.svm._smo import KernelRows, solve_subproblem
+
+sk_svm = pytest.importorskip("sklearn.svm")
+datasets = pytest.importorskip("sklearn.datasets")
+from sklearn.metrics.pairwise import pairwise_kernels  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+TOL = 1e-6
+
+
+# ------------------------------------------------------------------ data
+@functools.lru_cache(maxsize=None)
+def _dataset(name):
+    if name == "breast_cancer":
+        X, y = datasets.load_breast_cancer(return_X_y=True)
+    elif name == "wine":
+        X, y = datasets.load_wine(return_X_y=True)
+    else:  # digits: a stratified subset keeps 45 one-vs-one problems quick
+        X, y = datasets.load_digits(return_X_y=True)
+        keep = np.concatenate([np.flatnonzero(y == c)[:70] for c in range(10)])
+        X, y = X[keep], y[keep]
+    X = StandardScaler().fit_transform(X)
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(len(y))
+    cut = int(0.7 * len(y))
+    tr, te = perm[:cut], perm[cut:]
+    return X[tr], y[tr], X[te], y[te]
+
+
+def _kernel_params(est):
+    if est.kernel == "linear":
+        return {}
+    p = {"gamma": est._gamma}
+    if est.kernel == "poly":
+        p.update(degree=est.degree, coef0=est.coef0)
+    return p
+
+
+def _pair_duals(dual_coef, n_support, SV, kernel, params):
+    """Dual objective ``Σα − ½ αᵀQα`` of every one-vs-one problem, read from a
+    scikit-learn style model (LIBSVM layout)."""
+    k = len(n_support)
+    start = np.concatenate([[0], np.cumsum(n_support)])
+    out = []
+    for i in range(k):
+        for j in range(i + 1, k):
+            si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
+            coef = np.concatenate([dual_coef[j - 1, si], dual_coef[i, sj]])
+            S = np.concatenate([SV[si], SV[sj]])
+            K = pairwise_kernels(S, metric=kernel, **params)
+            out.append(np.abs(coef).sum() - 0.5 * coef @ K @ coef)
+    return np.array(out)
+
+
+PARITY_CASES = [(d, k) for d in ("breast_cancer", "wine", "digits")
+                for k in ("linear", "rbf", "poly")]
+
+
+@pytest.mark.parametrize("name,kernel", PARITY_CASES, ids=[f"{d}-{k}" for d, k in PARITY_CASES])
+def test_sklearn_parity(name, kernel):
+    Xtr, ytr, Xte, yte = _dataset(name)
+    ours = SVC(kernel=kernel, tol=TOL).fit(Xtr, ytr)
+    ref = sk_svm.SVC(kernel=kernel, tol=TOL).fit(Xtr, ytr)
+    k = len(ref.classes_)
+    # identical test predictions, decision values within 1e-3
+    np.testing.assert_array_equal(ours.predict(Xte), ref.predict(Xte))
+    np.testing.assert_allclose(ours.decision_function(Xte), ref.decision_function(Xte),
+                               atol=1e-3, rtol=0)
+    # shapes and sign conventions of the fitted attributes
+    assert ours.dual_coef_.shape == ref.dual_coef_.shape
+    assert ours.intercept_.shape == ref.intercept_.shape
+    assert ours.n_iter_.shape == ref.n_iter_.shape
+    np.testing.assert_array_equal(ours.n_support_, ref.n_support_)
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4)
+    # dual objectives within 1e-5 relative (scikit-learn's read from its dual_coef_)
+    ref_dual = _pair_duals(ref.dual_coef_, ref.n_support_, ref.support_vectors_, kernel,
+                           _kernel_params(ours))
+    np.testing.assert_allclose(ours.dual_objective_, ref_dual, rtol=1e-5)
+    # the same layout: our dual_coef_ evaluated like scikit-learn's gives our duals
+    mine = _pair_duals(ours.dual_coef_, ours.n_support_, ours.support_vectors_, kernel,
+                       _kernel_params(ours))
+    np.testing.assert_allclose(mine, ours.dual_objective_, rtol=1e-8)
+    if k == 2:
+        n = len(ytr)
+        a, b = np.zeros(n, bool), np.zeros(n, bool)
+        a[ours.support_], b[ref.support_] = True, True
+        assert np.mean(a == b) >= 0.99
+        ca = dict(zip(ours.support_.tolist(), ours.dual_coef_[0]))
+        cb = dict(zip(ref.support_.tolist(), ref.dual_coef_[0]))
+        common = sorted(set(ca) & set(cb))
+        np.testing.assert_allclose([ca[i] for i in common], [cb[i] for i in common],
+                                   atol=1e-3)  # same values, same sign convention
+    # support vectors grouped by class, by index inside a class (LIBSVM's order)
+    np.testing.assert_array_equal(ours.support_, ref.support_) if k > 2 else None
+    cls = ytr[ours.support_]
+    assert np.all(np.diff(np.searchsorted(ours.classes_, cls)) >= 0)
+    for c in ours.classes_:
+        s = ours.support_[cls == c]
+        np.testing.assert_array_equal(s, np.sort(s))
+    if k == 2:
+        pass
+    else:
+        for dshape in ("ovo", "ovr"):
+            o = SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(Xtr, ytr)
+            r = sk_svm.SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(Xtr, ytr)
+            if name == "digits" and dshape == "ovr":
+                continue  # covered above
+            np.testing.assert_allclose(o.decision_function(Xte), r.decision_function(Xte),
+                                       atol=1e-3)
+
+
+def _train_margins(est, X, y):
+    f = est.decision_function(X)
+    ypm = np.where(y == est.classes_[1], 1.0, -1.0)
+    return ypm * f, ypm
+
+
+def test_kkt_conditions_and_equality_constraint():
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    C = 1.0
+    est = SVC(kernel="rbf", C=C, tol=TOL).fit(Xtr, ytr)
+    margin, ypm = _train_margins(est, Xtr, ytr)
+    alpha = np.zeros(len(ytr))
+    alpha[est.support_] = np.abs(est.dual_coef_[0])
+    eps = 1e-5
+    zero, bound = alpha == 0, alpha >= C
+    free = ~zero & ~bound
+    assert zero.any() and free.any() and bound.any()
+    assert np.all(margin[zero] >= 1 - eps)           # outside (or on) the margin
+    np.testing.assert_allclose(margin[free], 1.0, atol=eps)  # exactly on it
+    assert np.all(margin[bound] <= 1 + eps)          # inside it or misclassified
+    assert np.all(alpha <= C)
+    # Σ αᵢ yᵢ = 0, and dual_coef_ = αᵢ yᵢ with yᵢ = +1 for classes_[1]
+    assert abs(est.dual_coef_.sum()) < 1e-10
+    np.testing.assert_array_equal(np.sign(est.dual_coef_[0]), ypm[est.support_])
+    # primal = dual at the optimum: the duality gap certifies convergence
+    assert est.duality_gap_[0] >= -1e-8
+    assert est.duality_gap_[0] <= 1e-4 * abs(est.dual_objective_[0])
+    assert est.violation_[0] < TOL and est.fit_status_ == 0
+
+
+def test_multiclass_equality_constraint_each_pair():
+    Xtr, ytr, _, _ = _dataset("wine")
+    est = SVC(kernel="rbf", tol=TOL).fit(Xtr, ytr)
+    start = np.concatenate([[0], np.cumsum(est.n_support_)])
+    for i in range(3):
+        for j in range(i + 1, 3):
+            s = (est.dual_coef_[j - 1, start[i]:start[i + 1]].sum()
+                 + est.dual_coef_[i, start[j]:start[j + 1]].sum())
+            assert abs(s) < 1e-10
+
+
+def test_retraining_on_support_vectors_reproduces_decision():
+    Xtr, ytr, Xte, _ = _dataset("breast_cancer")
+    full = SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
+    sv = SVC(kernel="linear", tol=1e-8).fit(Xtr[full.support_], ytr[full.support_])
+    np.testing.assert_allclose(sv.decision_function(Xte), full.decision_function(Xte),
+                               atol=1e-5)
+    assert len(sv.support_) == len(full.support_)
+    # linear kernel: (w, b) themselves agree
+    w_full = full.dual_coef_[0] @ full.support_vectors_
+    w_sv = sv.dual_coef_[0] @ sv.support_vectors_
+    np.testing.assert_allclose(w_sv, w_full, atol=1e-5)
+    np.testing.assert_allclose(sv.intercept_, full.intercept_, atol=1e-5)
+
+
+# ------------------------------------------------------------- backends
+def test_same_predictions_on_every_backend(xp):
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    ref = SVC(kernel="rbf", tol=1e-8).fit(Xtr, ytr)
+    est = SVC(kernel="rbf", tol=1e-8).fit(xp.asarray(Xtr), xp.asarray(ytr))
+    pred = est.predict(xp.asarray(Xte))
+    assert xp.is_native(pred)
+    np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(Xte))
+    np.testing.assert_allclose(xp.to_numpy(est.decision_function(xp.asarray(Xte))),
+                               ref.decision_function(Xte), atol=1e-6)
+
+
+def test_parity_helper_numpy_strict_torch():
+    pytest.importorskip("torch")
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    report = xpml.parity.compare(SVC(kernel="rbf", tol=1e-8), Xtr[:200], ytr[:200],
+                                 backends=("numpy", "array_api_strict", "torch"))
+    report.assert_close(rtol=1e-6, atol=1e-8)
+
+
+def test_fast_and_portable_subproblem_solvers_agree():
+    import array_api_strict as xs
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 3))
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    y = np.where(rng.random(40) < 0.5, 1.0, -1.0)
+    C = np.full(40, 2.0)
+    a0 = np.zeros(40)
+    v0 = y.copy()
+    a1, v1, s1 = solve_subproblem(K, y, a0, C, v0, xp=np, tol=1e-9, max_steps=5000)
+    a2, v2, s2 = solve_subproblem(*(xs.asarray(z) for z in (K, y, a0, C, v0)), xp=xs,
+                                  tol=1e-9, max_steps=5000)
+    np.testing.assert_allclose(np.asarray(a2), a1, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(v2), v1, atol=1e-12)
+    assert s1 == s2  # same stopping rule, same step count
+    assert abs(a1 @ y) < 1e-12
+
+
+# --------------------------------------------------------- memory budget
+def test_small_cache_budget_keeps_peak_under_budget():
+    rng = np.random.default_rng(0)
+    n = 800
+    X = rng.normal(size=(n, 5))
+    y = (X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.3 * rng.normal(size=n) > 0.5).astype(int)
+    budget_mb = 0.4  # 104 rows of 800 values: far below the 5 MB n×n matrix
+    small = SVC(kernel="rbf", gamma=0.5, tol=1e-6, cache_size=budget_mb).fit(X, y)
+    big = SVC(kernel="rbf", gamma=0.5, tol=1e-6).fit(X, y)
+    assert 0 < small.cache_peak_bytes_ <= budget_mb * 2**20
+    assert big.cache_peak_bytes_ <= n * n * 8 + 4 * 1024 * n * 8
+    np.testing.assert_allclose(small.decision_function(X), big.decision_function(X), atol=1e-4)
+    np.testing.assert_array_equal(small.predict(X), big.predict(X))
+
+
+def test_kernel_rows_lru_counts_recomputation():
+    import array_api_compat
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    xp = array_api_compat.array_namespace(X)
+    budget = 300 * 8 * 40  # 40 rows
+    rows = KernelRows(X, "rbf", {"gamma": 0.3, "degree": 3, "coef0": 0.0}, xp=xp,
+                      memory_budget=budget, q=64)
+    assert rows.q == 10 and rows.slots == 10
+    B = np.arange(10)
+    slots = rows.fetch(B)
+    K = np.exp(-0.3 * ((X[:10, None] - X[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(rows.block(slots, B), K[:, :10], atol=1e-12)
+    np.testing.assert_allclose(rows.product(slots, np.ones(10)), K.sum(0), atol=1e-10)
+    rows.fetch(np.arange(10, 20))  # evicts the first ten
+    rows.fetch(B)
+    assert rows.computed_rows == 30 and rows.hits == 0
+    assert rows.peak_bytes <= budget
+
+
+# --------------------------------------------------------------- kernels
+def test_precomputed_and_callable_kernels_match_builtin():
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    rbf = SVC(kernel="rbf", gamma=0.1, tol=1e-8).fit(Xtr, ytr)
+    Ktr = xpml.kernels.gram(Xtr, kernel="rbf", gamma=0.1)
+    Kte = xpml.kernels.gram(Xte, Xtr, kernel="rbf", gamma=0.1)
+    pre = SVC(kernel="precomputed", tol=1e-8).fit(Ktr, ytr)
+    np.testing.assert_allclose(pre.decision_function(Kte), rbf.decision_function(Xte),
+                               atol=1e-6)
+    np.testing.assert_array_equal(pre.support_, rbf.support_)
+    assert pre.support_vectors_.shape[0] == 0
+
+    def lin_xp(A, B, xp):
+        return A @ B.T
+
+    lin = SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
+    for f in (lin_xp, lambda A, B: A @ B.T):
+        c = SVC(kernel=f, tol=1e-8).fit(Xtr, ytr)
+        np.testing.assert_allclose(c.decision_function(Xte), lin.decision_function(Xte),
+                                   atol=1e-6)
+
+
+def test_non_psd_sigmoid_kernel_terminates():
+    Xtr, ytr, Xte, _ = _dataset("breast_cancer")
+    ours = SVC(kernel="sigmoid", gamma=0.5, coef0=-1.0, tol=1e-3).fit(Xtr, ytr)
+    ref = sk_svm.SVC(kernel="sigmoid", gamma=0.5, coef0=-1.0, tol=1e-3).fit(Xtr, ytr)
+    assert ours.fit_status_ == 0
+    assert np.mean(ours.predict(Xte) == ref.predict(Xte)) >= 0.9
+
+
+@pytest.mark.parametrize("gamma", ["scale", "auto", 0.02])
+def test_gamma_meaning(gamma):
+    Xtr, ytr, _, _ = _dataset("wine")
+    Xtr = Xtr * 3.0
+    ours = SVC(gamma=gamma).fit(Xtr, ytr)
+    ref = sk_svm.SVC(gamma=gamma).fit(Xtr, ytr)
+    assert ours._gamma == pytest.approx(ref._gamma, rel=1e-12)
+
+
+# --------------------------------------------------------------- weights
+@pytest.mark.parametrize("cw", ["balanced", {0: 2.0, 1: 0.5}])
+def test_class_weight_and_sample_weight_match_sklearn(cw):
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    sw = np.random.default_rng(0).uniform(0.2, 2.0, len(ytr))
+    ours = SVC(kernel="rbf", tol=TOL, class_weight=cw).fit(Xtr, ytr, sample_weight=sw)
+    ref = sk_svm.SVC(kernel="rbf", tol=TOL, class_weight=cw).fit(Xtr, ytr, sample_weight=sw)
+    np.testing.assert_allclose(ours.decision_function(Xte), ref.decision_function(Xte),
+                               atol=1e-3)
+    np.testing.assert_allclose(ours.class_weight_, ref.class_weight_)
+    np.testing.assert_array_equal(ours.n_support_, ref.n_support_)
+
+
+def test_zero_sample_weight_drops_the_sample():
+    Xtr, ytr, Xte, _ = _dataset("breast_cancer")
+    sw = np.ones(len(ytr))
+    sw[::5] = 0.0
+    a = SVC(tol=1e-8).fit(Xtr, ytr, sample_weight=sw)
+    b = SVC(tol=1e-8, gamma=a._gamma).fit(Xtr[sw > 0], ytr[sw > 0])
+    np.testing.assert_allclose(a.decision_function(Xte), b.decision_function(Xte), atol=1e-6)
+    assert not np.isin(a.support_, np.flatnonzero(sw == 0)).any()
+
+
+# --------------------------------------------------------- probabilities
+@pytest.mark.filterwarnings("ignore:The `probability` parameter:FutureWarning")
+def test_predict_proba_platt_binary_and_multiclass():
+    Xtr, ytr, Xte, yte = _dataset("breast_cancer")
+    ours = SVC(probability=True, random_state=0).fit(Xtr, ytr)
+    ref = sk_svm.SVC(probability=True, random_state=0).fit(Xtr, ytr)
+    P, R = ours.predict_proba(Xte), ref.predict_proba(Xte)
+    np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-12)
+    assert np.all((P > 0) & (P < 1))
+    assert np.mean(np.abs(P - R)) < 0.03  # different CV folds: close, not equal
+    # monotone in the decision value: Platt's A < 0
+    f = ours.decision_function(Xte)
+    order = np.argsort(f)
+    assert np.all(np.diff(P[order, 1]) >= -1e-12)
+    assert ours.probA_.shape == (1,) and ours.probA_[0] < 0
+    assert not hasattr(SVC(), "predict_proba")
+    np.testing.assert_allclose(ours.predict_log_proba(Xte), np.log(P))
+
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    ours = SVC(probability=True, random_state=0).fit(Xtr, ytr)
+    ref = sk_svm.SVC(probability=True, random_state=0).fit(Xtr, ytr)
+    P, R = ours.predict_proba(Xte), ref.predict_proba(Xte)
+    assert P.shape == (len(Xte), 3)
+    np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-10)
+    assert np.mean(np.abs(P - R)) < 0.05
+    assert np.mean(P.argmax(1) == ours.predict(Xte)) >= 0.95
+
+
+# ---------------------------------------------------- options and errors
+def test_max_iter_warns_and_reports_status():
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        est = SVC(max_iter=5, tol=1e-8).fit(Xtr, ytr)
+    assert est.fit_status_ == 1 and est.n_iter_[0] <= 5
+
+
+def test_verbose_prints_progress(capsys):
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    SVC(verbose=True).fit(Xtr, ytr)
+    assert "[SMO]" in capsys.readouterr().out
+
+
+def test_error_messages_name_argument_and_allowed_values():
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
+    with pytest.raises(InvalidParameterError, match="kernel"):
+        SVC(kernel="cubic").fit(X, y)
+    with pytest.raises(InvalidParameterError, match="gamma"):
+        SVC(gamma="wide").fit(X, y)
+    with pytest.raises(ValueError, match="square kernel matrix"):
+        SVC(kernel="precomputed").fit(X, y)
+    with pytest.raises(ValueError, match="class_weight.*label 7"):
+        SVC(class_weight={7: 1.0}).fit(X, y)
+    with pytest.raises(AttributeError, match="probability"):
+        SVC().fit(X, y).predict_proba(X)
+
+
+def test_string_labels_and_break_ties():
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    names = np.array(["barolo", "grignolino", "barbera"])
+    est = SVC(break_ties=True).fit(Xtr, names[ytr])
+    ref = sk_svm.SVC(break_ties=True).fit(Xtr, names[ytr])
+    np.testing.assert_array_equal(est.predict(Xte), ref.predict(Xte))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SVC().fit(Xtr, names[ytr]).predict(Xte)
