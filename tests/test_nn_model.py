@@ -244,3 +244,18 @@ def test_bench_suite_is_discovered():
     from xpml.bench import discover
 
     assert discover()["nn"].SUITE == "nn"
+
+
+def test_mse_regression_recovers_a_linear_map():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.3
+    model = Sequential([Dense(1, init="xavier")], loss="mse", optimizer="sgd",
+                       learning_rate=0.1, random_state=0)
+    before = model.evaluate(X, y)["loss"]
+    model.fit(X, y, epochs=50, batch_size=10)
+    assert model.evaluate(X, y)["loss"] < 1e-10 < before
+    np.testing.assert_allclose(model.layers[0].params["W"][:, 0], [1.0, -2.0, 0.5], rtol=1e-6)
+    assert model.predict(X).shape == (100, 1)
+    with pytest.raises(ValueError, match="predict_proba"):
+        model.predict_proba(X)

@@ -156,7 +156,7 @@ class Sequential(Persistable):
             if int(y.shape[0]) != int(X.shape[0]):
                 raise ValueError(f"X and y have inconsistent numbers of samples: X has "
                                  f"{X.shape[0]}, y has {y.shape[0]}")
-            if isinstance(self.loss_, MSELoss):
+            if isinstance(get_loss(self.loss), MSELoss):
                 y = ctx.xp.astype(y, X.dtype)
         return ctx, X, y
 
