@@ -380,3 +380,16 @@ def test_string_labels_and_break_ties():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SVC().fit(Xtr, names[ytr]).predict(Xte)
+
+
+def test_demo_runs_and_reports(tmp_path, capsys):
+    from xpml.demos import svm as demo
+
+    assert demo.main(["--n", "200", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "poly degree 2" in out and "Primal = dual" in out
+    X, y = demo.circles(300, seed=0)
+    lin = SVC(kernel="linear").fit(X, y)
+    poly = SVC(kernel="poly", degree=2, gamma=1.0, coef0=1.0).fit(X, y)
+    assert lin.score(X, y) < 0.7 and poly.score(X, y) > 0.95
+    assert poly.n_support_.sum() < 0.3 * len(y)
