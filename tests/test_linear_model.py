@@ -319,3 +319,22 @@ def test_bad_options_name_allowed_values():
         LogisticRegression(solver="lbfgs").fit(X, y > 1)
     with pytest.raises(InvalidParameterError, match="direction"):
         SequentialFeatureSelector(LinearRegression(), direction="up").fit(X, y)
+
+
+def test_blocked_products_equal_one_block(xp):
+    """The cache-blocked one-pass products (NumPy fast path) equal the single-block ones."""
+    from xpml.linear_model._logistic import _binary_newton_system
+    from xpml.linear_model._ridge import _centred_normal_equations
+
+    X, y, sw = _regression(n=101, d=7)
+    Xb, yb, swb = xp.asarray(X), xp.asarray(y), xp.asarray(sw)
+    xo, yo = xp.asarray(X.mean(0)), xp.asarray(y.mean())
+    one = _centred_normal_equations(Xb, yb, xo, yo, xp.xp.sqrt(swb), xp=xp.xp, rows=101)
+    blk = _centred_normal_equations(Xb, yb, xo, yo, xp.xp.sqrt(swb), xp=xp.xp, rows=13)
+    for a, b in zip(one, blk):
+        np.testing.assert_allclose(xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12)
+    z, y01, w = xp.asarray(X @ np.ones(7) * 0.1), xp.asarray((y > 1).astype(float)), xp.asarray(np.ones(7))
+    one = _binary_newton_system(Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=101)
+    blk = _binary_newton_system(Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=10)
+    for a, b in zip(one, blk):
+        np.testing.assert_allclose(xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12)

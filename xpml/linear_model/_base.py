@@ -5,8 +5,23 @@ from __future__ import annotations
 
 from array_api_compat import device as _device
 
-__all__ = ["center_data", "pinv_solve", "spd_solve", "psd_lstsq", "sigmoid", "log_sigmoid",
+__all__ = ["center_data", "pinv_solve", "spd_solve", "psd_lstsq", "block_rows", "sigmoid", "log_sigmoid",
            "logsumexp", "softmax"]
+
+
+def block_rows(X, /, *, xp):
+    """Rows per block for one-pass products over ``X``.
+
+    On NumPy (CPU BLAS) blocks of about 2 MiB keep each block in cache while it
+    is used several times; on other libraries (GPU kernels, threaded CPU
+    libraries) one block of all rows, i.e. a single large product, is faster.
+    """
+    import array_api_compat
+
+    n, d = X.shape
+    if array_api_compat.is_numpy_namespace(xp):
+        return max(256, 2**18 // max(int(d), 1))
+    return max(int(n), 1)
 
 
 def center_data(X, y, sample_weight, /, *, xp, fit_intercept, scale=True):

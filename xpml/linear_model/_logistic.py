@@ -19,7 +19,7 @@ import warnings
 
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
-from xpml.linear_model._base import (log_sigmoid, logsumexp, psd_lstsq, sigmoid, softmax,
+from xpml.linear_model._base import (block_rows, log_sigmoid, logsumexp, psd_lstsq, sigmoid, softmax,
                                       spd_solve)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
@@ -69,6 +69,42 @@ def _gradient(X, Y, sw, W, b, lam, /, *, xp, binary, fit_intercept):
 def _augment(X, /, *, xp):
     ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=_device(X))
     return xp.concat([ones, X], axis=1)
+
+
+def _binary_newton_system(X, z, y, sw, w, lam, /, *, xp, fit_intercept, rows=None):
+    """Gradient and Hessian of the binary objective at scores ``z``, in one pass over
+    ``X`` by row blocks (each block is used three times while it is in cache):
+    ``g = Xᵀ ω(s − y) (+ λw)`` and ``H = XᵀΩX (+ λI)`` with ``Ω = diag(ω s(1 − s))``,
+    bordered by the intercept's row and column when ``fit_intercept``.
+
+    Returns ``(g_w, g_b, H)``; ``H`` is ``(d+1) × (d+1)`` (intercept first) or ``d × d``.
+    """
+    n, d = X.shape
+    rows = rows or block_rows(X, xp=xp)
+    dev = _device(X)
+    G = xp.zeros((d, 2), dtype=X.dtype, device=dev)
+    H = xp.zeros((d, d), dtype=X.dtype, device=dev)
+    r_sum = xp.zeros((), dtype=X.dtype, device=dev)
+    o_sum = xp.zeros((), dtype=X.dtype, device=dev)
+    for a in range(0, n, rows):
+        e = min(a + rows, n)
+        Xc, swc = X[a:e, :], sw[a:e]
+        s = sigmoid(z[a:e], xp=xp)
+        r = swc * (s - y[a:e])
+        om = swc * s * (1.0 - s)
+        G = G + Xc.T @ xp.stack([r, om], axis=1)
+        B = xp.sqrt(om)[:, None] * Xc
+        H = H + B.T @ B                    # XᵀΩX as a symmetric rank-k product (BLAS syrk)
+        r_sum, o_sum = r_sum + xp.sum(r), o_sum + xp.sum(om)
+    gw, Hwb = G[:, 0], G[:, 1]
+    if lam:
+        gw = gw + lam * w
+        H = H + lam * xp.eye(d, dtype=X.dtype, device=dev)
+    if not fit_intercept:
+        return gw, xp.zeros((1,), dtype=X.dtype, device=dev), H
+    H = xp.concat([xp.concat([o_sum[None, None], Hwb[None, :]], axis=1),
+                   xp.concat([Hwb[:, None], H], axis=1)], axis=0)
+    return gw, r_sum[None], H
 
 
 def _separated(Z, codes, sw, /, *, xp, binary):
@@ -222,57 +258,49 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return (0.25 if binary else 0.5) * float(top) / float(xp.sum(sw)) + lam / float(xp.sum(sw))
 
     def _solve_newton(self, X, Y, sw, W, b, lam, /, *, xp, binary):
-        d, m = W.shape
         fi = self.fit_intercept
         total = float(xp.sum(sw))
         codes = xp.astype(Y[:, 0], xp.int64) if binary else xp.argmax(Y, axis=1)
         Xa = None if binary else (_augment(X, xp=xp) if fi else X)
-        F = float(_objective(X, Y, sw, W, b, lam, xp=xp, binary=binary))
+        Z = _scores(X, W, b, xp=xp)              # kept up to date: one pass over X per step
+        F = float(_loss(Z, Y, sw, xp=xp, binary=binary) + 0.5 * lam * xp.sum(W * W))
         converged, it = False, 0
         for it in range(1, self.max_iter + 1):
-            gW, gb, P = _gradient(X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi)
+            if binary:
+                gW, gb, H = _binary_newton_system(X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam,
+                                                  xp=xp, fit_intercept=fi)
+                gW = gW[:, None]
+            else:
+                P = softmax(Z, xp=xp, axis=1)
+                Rw = sw[:, None] * (P - Y)
+                gW = X.T @ Rw + lam * W if lam else X.T @ Rw
+                gb = xp.sum(Rw, axis=0) if fi else xp.zeros_like(b)
             gmax = float(xp.max(xp.abs(gW)))
             if fi:
                 gmax = max(gmax, float(xp.max(xp.abs(gb))))
             if gmax / total <= self.tol:
                 converged, it = True, it - 1
                 break
-            if not lam and _separated(_scores(X, W, b, xp=xp), codes, sw, xp=xp, binary=binary):
+            if not lam and _separated(Z, codes, sw, xp=xp, binary=binary):
                 break
             if binary:
-                eW, eb = self._newton_step_binary(X, sw, P[:, 0], gW[:, 0], gb, lam, xp=xp)
-                eW = eW[:, None]
+                e = -spd_solve(H, xp.concat([gb, gW[:, 0]]) if fi else gW[:, 0], xp=xp)
+                eW, eb = (e[1:, None], e[:1]) if fi else (e[:, None], xp.zeros_like(b))
             else:
                 eW, eb = self._newton_step_multi(Xa, sw, P, gW, gb, lam, xp=xp)
-            # backtracking (Armijo) line search on F
+            # backtracking (Armijo) line search on F, along dZ = X eW + eb (one pass)
+            dZ = X @ eW + eb
             slope = float(xp.sum(gW * eW) + (xp.sum(gb * eb) if fi else 0.0))
             step = 1.0
             for _ in range(30):
-                Wn, bn = W + step * eW, b + step * eb
-                Fn = float(_objective(X, Y, sw, Wn, bn, lam, xp=xp, binary=binary))
+                Wn, bn, Zn = W + step * eW, b + step * eb, Z + step * dZ
+                Fn = _loss(Zn, Y, sw, xp=xp, binary=binary)
+                Fn = float(Fn + 0.5 * lam * xp.sum(Wn * Wn)) if lam else float(Fn)
                 if Fn <= F + 1e-4 * step * slope or step < 1e-10:
                     break
                 step *= 0.5
-            W, b, F = Wn, bn, Fn
+            W, b, F, Z = Wn, bn, Fn, Zn
         return W, b, it, converged
-
-    def _newton_step_binary(self, X, sw, s, gw, gb, lam, /, *, xp):
-        """Solve ``H e = −g`` for the (d+1) × (d+1) binary Hessian without forming [1, X]."""
-        d = X.shape[1]
-        omega = sw * s * (1.0 - s)
-        XtO = (omega[:, None] * X).T                                           # (d, n)
-        Hww = XtO @ X
-        if lam:
-            Hww = Hww + lam * xp.eye(d, dtype=X.dtype, device=_device(X))
-        if not self.fit_intercept:
-            return -spd_solve(Hww, gw, xp=xp), xp.zeros_like(gb)
-        Hwb = xp.sum(XtO, axis=1)                                              # (d,)
-        Hbb = xp.sum(omega)
-        H = xp.concat([xp.concat([Hbb[None, None], Hwb[None, :]], axis=1),
-                       xp.concat([Hwb[:, None], Hww], axis=1)], axis=0)
-        g = xp.concat([gb, gw])
-        e = -spd_solve(H, g, xp=xp)
-        return e[1:], e[:1]
 
     def _newton_step_multi(self, Xa, sw, P, gW, gb, lam, /, *, xp):
         """Full multinomial Newton step (``K(d+1)`` unknowns; minimum-norm, since

@@ -7,7 +7,7 @@ from array_api_compat import device as _device
 from numbers import Real
 
 from xpml.base import BaseEstimator, RegressorMixin
-from xpml.linear_model._base import center_data, spd_solve
+from xpml.linear_model._base import block_rows, center_data, spd_solve
 from xpml.utils._param_validation import Interval, Options
 
 __all__ = ["Ridge", "SOLVERS"]
@@ -25,6 +25,37 @@ def _solve_primal(Xs, ys, alpha, /, *, xp):
     if alpha:
         G = G + alpha * _eye(Xs.shape[1], Xs, xp)
     return spd_solve(G, Xs.T @ ys, xp=xp)
+
+
+def _weighted_means(X, y, sw, /, *, xp, fit_intercept):
+    """``(x̄, ȳ)``, weighted when ``sw`` is given; zeros without an intercept."""
+    if not fit_intercept:
+        return (xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X)),
+                xp.zeros(tuple(y.shape[1:]), dtype=X.dtype, device=_device(X)))
+    if sw is None:
+        return xp.mean(X, axis=0), xp.mean(y, axis=0)
+    wsum = xp.sum(sw)
+    yw = sw * y if len(y.shape) == 1 else sw[:, None] * y
+    return xp.sum(sw[:, None] * X, axis=0) / wsum, xp.sum(yw, axis=0) / wsum
+
+
+def _centred_normal_equations(X, y, x_off, y_off, sqrt_w, /, *, xp, rows=None):
+    """``XsᵀXs`` and ``Xsᵀys`` for ``Xs = √w (X − x̄)``, ``ys = √w (y − ȳ)``, built
+    block by block so the centred copy of ``X`` is never formed: one pass over
+    ``X`` whose blocks stay in cache for the three products."""
+    n, d = X.shape
+    rows = rows or block_rows(X, xp=xp)
+    G = xp.zeros((d, d), dtype=X.dtype, device=_device(X))
+    c = xp.zeros((d,) + tuple(y.shape[1:]), dtype=X.dtype, device=_device(X))
+    for a in range(0, n, rows):
+        e = min(a + rows, n)
+        Xc, yc = X[a:e, :] - x_off, y[a:e, ...] - y_off
+        if sqrt_w is not None:
+            Xc = Xc * sqrt_w[a:e, None]
+            yc = yc * (sqrt_w[a:e] if len(y.shape) == 1 else sqrt_w[a:e, None])
+        G = G + Xc.T @ Xc                                  # symmetric rank-k (BLAS syrk)
+        c = c + Xc.T @ yc
+    return G, c
 
 
 def _solve_dual(Xs, ys, alpha, /, *, xp):
@@ -108,11 +139,21 @@ class Ridge(RegressorMixin, BaseEstimator):
         weighted = sample_weight is not None
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
-        Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp, fit_intercept=self.fit_intercept,
-                                              scale=weighted)
         n, d = X.shape
         solver = self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
-        coef = getattr(self, f"_solve_{solver}")(Xs, ys, float(self.alpha), xp=xp)
+        alpha = float(self.alpha)
+        if solver == "primal":
+            x_off, y_off = _weighted_means(X, y, sw if weighted else None, xp=xp,
+                                           fit_intercept=self.fit_intercept)
+            G, c = _centred_normal_equations(X, y, x_off, y_off,
+                                             xp.sqrt(sw) if weighted else None, xp=xp)
+            if alpha:
+                G = G + alpha * _eye(d, X, xp)
+            coef = spd_solve(G, c, xp=xp)
+        else:
+            Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp,
+                                                  fit_intercept=self.fit_intercept, scale=weighted)
+            coef = getattr(self, f"_solve_{solver}")(Xs, ys, alpha, xp=xp)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef
         self.solver_ = solver
