@@ -118,3 +118,25 @@ def _reset_backend():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets one BLAS / torch thread: the workers
+    already fill the cores, and oversubscribed torch threads spin (tests never
+    time anything, so this changes no result)."""
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
