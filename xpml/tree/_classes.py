@@ -162,24 +162,20 @@ class _BaseDecisionTree(BaseEstimator):
         check_is_fitted(self)
         clf = isinstance(self, ClassifierMixin)
         if clf:
-            y_host = to_numpy(y_val) if not isinstance(y_val, (list, tuple)) else np.asarray(y_val)
+            # labels -> the fitted codes on the host (labels may be strings)
+            y_host = np.asarray(to_numpy(y_val))
             check_consistent_length(X_val, y_host, names=("X_val", "y_val"))
             classes = to_numpy(self.classes_)
-            codes = np.searchsorted(classes, y_host)
-            codes = np.minimum(codes, len(classes) - 1)
+            codes = np.minimum(np.searchsorted(classes, y_host), len(classes) - 1)
             if not np.all(classes[codes] == y_host):
-                unseen = sorted(set(np.asarray(y_host).tolist()) - set(classes.tolist()))
+                unseen = sorted(set(y_host.tolist()) - set(classes.tolist()))
                 raise ValueError(f"y_val contains labels {unseen!r} not seen in fit; "
                                  f"allowed labels are the classes_ {classes.tolist()!r}")
-            y_in = codes
+            ctx, (X,) = enter(X_val, names=("X_val",))
+            yv = ctx.xp.asarray(codes, device=ctx.device)
         else:
             check_consistent_length(X_val, y_val, names=("X_val", "y_val"))
-            y_in = y_val
-        if clf:
-            ctx, (X,) = enter(X_val, names=("X_val",))
-            yv = ctx.xp.asarray(y_in, device=ctx.device)
-        else:
-            ctx, (X, yv) = enter(X_val, y_in, names=("X_val", "y_val"))
+            ctx, (X, yv) = enter(X_val, y_val, names=("X_val", "y_val"))
         xp = ctx.xp
         X = check_array(X, xp=xp, name="X_val", requested=ctx.dtype)
         from xpml.utils.validation import check_n_features

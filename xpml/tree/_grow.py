@@ -63,10 +63,11 @@ class GrowParams:
 class _NodeTable:
     """The nodes of all trees being grown, in creation order (host NumPy)."""
 
-    def __init__(self, n_stats):
+    def __init__(self, n_stats, n_const=0):
         self.size = 0
         self.cap = 0
         self.n_stats = n_stats
+        self.n_const = n_const  # features known to be constant in the node (forests)
         self.cols = {}
         self._reserve(256)
 
@@ -89,6 +90,10 @@ class _NodeTable:
         if "stats" in self.cols:
             s[: self.size] = self.cols["stats"][: self.size]
         new["stats"] = s
+        c = np.zeros((cap, self.n_const), dtype=bool)
+        if "const" in self.cols:
+            c[: self.size] = self.cols["const"][: self.size]
+        new["const"] = c
         self.cols, self.cap = new, cap
 
     def add(self, **values):
@@ -298,7 +303,7 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     subset = m < d
     root_lens = np.asarray(root_lens, dtype=np.int64)
     R = len(root_lens)
-    table = _NodeTable(K if clf else 2)
+    table = _NodeTable(K if clf else 2, d if subset else 0)
 
     # ---- roots
     ends = np.cumsum(root_lens)
@@ -366,8 +371,8 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             # candidate features: all, or a fresh random subset of m non-constant ones
             vals = None
             if subset:
-                F, vals = _draw_features(Xflat, d, sids, lens[sel], table["tree"][nid], rngs, m,
-                                         xp)
+                F, vals, known = _draw_features(Xflat, d, sids, lens[sel], table["tree"][nid],
+                                                rngs, m, table["const"][nid], xp)
             else:
                 F = xp.broadcast_to(xp.arange(d, device=dev)[None, :], (nb, d))
             fc = m if vals is not None else max(1, budget // (nb * L))
@@ -425,8 +430,9 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             c_imp[0::2], c_imp[1::2] = imp_l[a_idx], imp_r[a_idx]
             c_depth = np.repeat(depth[a_idx], 2)
             c_tree = np.repeat(trees[a_idx], 2)
+            extra = {"const": np.repeat(known[a_idx], 2, axis=0)} if subset else {}
             cids = table.add(tree=c_tree, depth=c_depth, n=c_n, W=c_W, stats=c_stats,
-                             impurity=c_imp)
+                             impurity=c_imp, **extra)
             pid = nid[a_idx]
             table.cols["feature"][pid] = hfeat[a_idx]
             table.cols["threshold"][pid] = hthr[a_idx]
@@ -454,24 +460,31 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     return _split_trees(table, R, params)
 
 
-def _draw_features(Xflat, d, sids, lens, trees, rngs, m, xp):
+def _draw_features(Xflat, d, sids, lens, trees, rngs, m, known, xp):
     """A fresh random subset of ``m`` features per node: the first ``m``
     non-constant features of a random order (scikit-learn's rule: constant
-    features do not use up the draw). Only the slots that hit a constant
-    feature are re-drawn, so continuous data costs one gather of ``m``
-    features. Returns the features (nb, m) and their gathered values."""
+    features do not use up the draw). ``known`` (nb, d) marks features already
+    known to be constant in the node (inherited from its parent); they go to the
+    end of the order. Only the slots that hit a constant feature are re-drawn,
+    so continuous data costs one gather of ``m`` features.
+
+    Returns the features (nb, m), their gathered values and the updated
+    ``known``."""
     nb, L = sids.shape
     dev = array_api_compat.device(sids)
     keys = np.empty((nb, d))
     for t in np.unique(trees):
         rows = np.nonzero(trees == t)[0]
         keys[rows] = rngs[t].random((len(rows), d))
-    order = np.argsort(keys, axis=1, kind="stable")
+    known = known.copy()
+    order = np.argsort(keys + 2.0 * known, axis=1, kind="stable")
     F = order[:, :m].copy()
     nxt = np.full(nb, m)
+    free_total = d - known.sum(axis=1)
     pos = xp.arange(L, dtype=sids.dtype, device=dev)
     ninf = xp.asarray(-xp.inf, dtype=Xflat.dtype, device=dev)
     valid = (pos[None, :] < xp.asarray(lens, device=dev)[:, None])[:, None, :]
+    rows = np.arange(nb)[:, None]
     while True:
         Fd = xp.asarray(F, device=dev)
         g = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(Fd, (nb, m, 1))
@@ -480,11 +493,11 @@ def _draw_features(Xflat, d, sids, lens, trees, rngs, m, xp):
         hi = xp.max(xp.where(valid, v3, ninf), axis=-1)
         lo = xp.min(v3, axis=-1)  # padding is +inf
         const = to_numpy(hi <= lo + FEATURE_THRESHOLD)
-        free = d - nxt
-        # replace constant slots (in slot order) while unused features remain
-        need = np.minimum(const.sum(axis=1), free)
+        known[np.broadcast_to(rows, F.shape)[const], F[const]] = True
+        # replace constant slots (in slot order) while unknown features remain
+        need = np.minimum(const.sum(axis=1), np.maximum(free_total - nxt, 0))
         if not need.any():
-            return Fd, vals
+            return Fd, vals, known
         for b in np.nonzero(need)[0]:
             slots = np.nonzero(const[b])[0][: need[b]]
             F[b, slots] = order[b, nxt[b]:nxt[b] + need[b]]
