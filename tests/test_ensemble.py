@@ -199,3 +199,13 @@ def test_trees_demo_runs(tmp_path, capsys):
     assert trees.main(["--quick", "--n-train", "200", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "reduced-error pruning" in out and "variance" in out
+
+
+def test_without_joblib_fitting_is_sequential_and_identical(monkeypatch):
+    import sys
+
+    Xtr, Xte, ytr, _ = _split("wine", 0)
+    ref = RandomForestClassifier(12, random_state=2, n_jobs=2).fit(Xtr, ytr).predict_proba(Xte)
+    monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now raises ImportError
+    got = RandomForestClassifier(12, random_state=2, n_jobs=2).fit(Xtr, ytr).predict_proba(Xte)
+    np.testing.assert_array_equal(got, ref)

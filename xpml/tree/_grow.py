@@ -339,32 +339,13 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     while len(lvl_ids):
         lens = table["n"][lvl_ids]
         lstart = np.cumsum(lens) - lens
-        Ls = _block_len(lens)
-        order = np.argsort(Ls, kind="stable")
         next_samp, next_w, next_ids = [], [], []
-        chunks = []
-        i = 0
-        while i < len(order):
-            L = int(Ls[order[i]])
-            j = i
-            nb_max = max(1, budget // (L * m))
-            while j < len(order) and Ls[order[j]] == L and j - i < nb_max:
-                j += 1
-            chunks.append((order[i:j], L))
-            i = j
+        chunks = _plan_blocks(lens, m, budget)
         for sel, L in chunks:
             nid = lvl_ids[sel]
             nb = len(sel)
-            aux = np.stack([lstart[sel], lens[sel]], axis=1)
-            aux_d = xp.asarray(aux, device=dev)
-            st_d, ln_d = aux_d[:, 0], aux_d[:, 1]
-            pos = xp.arange(L, dtype=st_d.dtype, device=dev)
-            valid = pos[None, :] < ln_d[:, None]
-            gi = xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None])
-            gi = xp.reshape(gi, (-1,))
-            sids = xp.where(valid, xp.reshape(xp.take(samp, gi), (nb, L)), sentinel)
-            ws = xp.where(valid, xp.reshape(xp.take(sampw, gi), (nb, L)),
-                          xp.zeros((nb, L), dtype=sampw.dtype, device=dev))
+            sids, ws, ln_d, pos, valid = _gather_block(samp, sampw, lstart[sel], lens[sel], L,
+                                                       sentinel, xp)
             mean = None
             if not clf:
                 mean = xp.asarray(table["stats"][nid, 0], dtype=dtype, device=dev)
@@ -376,16 +357,8 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             else:
                 F = xp.broadcast_to(xp.arange(d, device=dev)[None, :], (nb, d))
             fc = m if vals is not None else max(1, budget // (nb * L))
-            best = None
-            for a in range(0, m, fc):
-                res = _search(Xflat, d, y, sids, ws, ln_d, F[:, a:min(m, a + fc)], mean, params,
-                              xp, vals=vals)
-                if best is None:
-                    best = res
-                else:
-                    better = res[0] > best[0]
-                    best = tuple(xp.where(better, r, b) for r, b in zip(res, best))
-            score, feat, p, thr = best
+            score, feat, p, thr = _best_split(Xflat, d, y, sids, ws, ln_d, F, mean, params, xp,
+                                              vals=vals, chunk=fc)
             rs, rw, cols = _children_stats(Xflat, d, y, sids, ws, ln_d, feat, p, mean, params, xp)
             packed = xp.concat([xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype),
                                           thr], axis=1)] + [xp.astype(c, dtype) for c in cols],
@@ -396,19 +369,7 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             n_node = lens[sel]
             depth = table["depth"][nid] + 1
             trees = table["tree"][nid]
-            if clf:
-                cl, ct = h[:, 4:4 + K], h[:, 4 + K:4 + 2 * K]
-                cr = np.maximum(ct - cl, 0.0)
-                stl, str_ = cl, cr
-                wl, wr = cl.sum(1), cr.sum(1)
-            else:
-                w_l, s1l, s2l, w_t, s1t, s2t = h[:, 4:10].T
-                w_r, s1r, s2r = w_t - w_l, s1t - s1l, s2t - s2l
-                mu = table["stats"][nid, 0]
-                sw_l, sw_r = np.where(w_l > 0, w_l, 1.0), np.where(w_r > 0, w_r, 1.0)
-                stl = np.stack([mu + s1l / sw_l, np.maximum(s2l / sw_l - (s1l / sw_l) ** 2, 0)], 1)
-                str_ = np.stack([mu + s1r / sw_r, np.maximum(s2r / sw_r - (s1r / sw_r) ** 2, 0)], 1)
-                wl, wr = w_l, w_r
+            stl, str_, wl, wr = _child_stats_host(h[:, 4:], K, table["stats"][nid, 0])
             imp_l = _impurity_host(stl, wl, params)
             imp_r = _impurity_host(str_, wr, params)
             Wn = table["W"][nid]
@@ -419,15 +380,10 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             a_idx = np.nonzero(accept)[0]
             nl, nr = hp[a_idx] + 1, n_node[a_idx] - hp[a_idx] - 1
             # children, interleaved left/right per split node
-            two = 2 * len(a_idx)
-            c_n = np.empty(two, np.int64)
-            c_n[0::2], c_n[1::2] = nl, nr
-            c_stats = np.empty((two, stl.shape[1]))
-            c_stats[0::2], c_stats[1::2] = stl[a_idx], str_[a_idx]
-            c_W = np.empty(two)
-            c_W[0::2], c_W[1::2] = wl[a_idx], wr[a_idx]
-            c_imp = np.empty(two)
-            c_imp[0::2], c_imp[1::2] = imp_l[a_idx], imp_r[a_idx]
+            c_n = _interleave(nl, nr)
+            c_stats = _interleave(stl[a_idx], str_[a_idx])
+            c_W = _interleave(wl[a_idx], wr[a_idx])
+            c_imp = _interleave(imp_l[a_idx], imp_r[a_idx])
             c_depth = np.repeat(depth[a_idx], 2)
             c_tree = np.repeat(trees[a_idx], 2)
             extra = {"const": np.repeat(known[a_idx], 2, axis=0)} if subset else {}
@@ -458,6 +414,77 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
         sampw = xp.concat(next_w) if len(next_w) > 1 else next_w[0]
         lvl_ids = np.concatenate(next_ids)
     return _split_trees(table, R, params)
+
+
+def _plan_blocks(lens, m, budget):
+    """Group nodes by padded length L (ascending) into blocks of at most
+    ``budget // (L m)`` nodes: a list of (node positions, L)."""
+    Ls = _block_len(lens)
+    order = np.argsort(Ls, kind="stable")
+    blocks, i = [], 0
+    while i < len(order):
+        L = int(Ls[order[i]])
+        j, nb_max = i, max(1, budget // (L * m))
+        while j < len(order) and Ls[order[j]] == L and j - i < nb_max:
+            j += 1
+        blocks.append((order[i:j], L))
+        i = j
+    return blocks
+
+
+def _gather_block(samp, sampw, starts, lens, L, sentinel, xp):
+    """Each node's entries as one row of an (nb, L) block, padded with the
+    sentinel sample (weight 0)."""
+    nb = len(lens)
+    dev = array_api_compat.device(samp)
+    aux = xp.asarray(np.stack([starts, lens], axis=1), device=dev)
+    st_d, ln_d = aux[:, 0], aux[:, 1]
+    pos = xp.arange(L, dtype=st_d.dtype, device=dev)
+    valid = pos[None, :] < ln_d[:, None]
+    gi = xp.reshape(xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None]),
+                    (-1,))
+    sids = xp.where(valid, xp.reshape(xp.take(samp, gi), (nb, L)), sentinel)
+    ws = xp.where(valid, xp.reshape(xp.take(sampw, gi), (nb, L)),
+                  xp.zeros((nb, L), dtype=sampw.dtype, device=dev))
+    return sids, ws, ln_d, pos, valid
+
+
+def _best_split(Xflat, d, y, sids, ws, ln_d, F, mean, params, xp, *, vals, chunk):
+    """:func:`_search` over the candidate features in chunks of ``chunk``,
+    keeping the first best (ties go to the earlier feature)."""
+    m = int(F.shape[1])
+    best = None
+    for a in range(0, m, chunk):
+        res = _search(Xflat, d, y, sids, ws, ln_d, F[:, a:min(m, a + chunk)], mean, params, xp,
+                      vals=vals)
+        if best is None:
+            best = res
+        else:
+            better = res[0] > best[0]
+            best = tuple(xp.where(better, r, b) for r, b in zip(res, best))
+    return best
+
+
+def _child_stats_host(h, K, node_mean):
+    """Children's statistics from the packed device summary: class counts, or
+    ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``."""
+    if K:
+        cl, ct = h[:, :K], h[:, K:2 * K]
+        cr = np.maximum(ct - cl, 0.0)
+        return cl, cr, cl.sum(1), cr.sum(1)
+    w_l, s1l, s2l, w_t, s1t, s2t = h[:, :6].T
+    out = []
+    for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
+        ws = np.where(w > 0, w, 1.0)
+        out.append(np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1))
+    return out[0], out[1], w_l, w_t - w_l
+
+
+def _interleave(a, b):
+    """``[a0, b0, a1, b1, ...]`` along the first axis."""
+    out = np.empty((2 * len(a),) + a.shape[1:], dtype=np.result_type(a, b))
+    out[0::2], out[1::2] = a, b
+    return out
 
 
 def _draw_features(Xflat, d, sids, lens, trees, rngs, m, known, xp):
