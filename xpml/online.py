@@ -280,7 +280,8 @@ class AROW(_OnlineBinary):
     n_updates_ : int
         Rows with ``m < 1`` (an update was made).
     n_clamps_ : int
-        Updates after which the eigenvalue (or variance) floor was applied.
+        Updates after which the eigenvalue (or variance) floor was applied
+        (an eigenvalue fell below ``eig_floor``).
     n_seen_ : int
     n_features_in_ : int
 
@@ -349,12 +350,14 @@ class AROW(_OnlineBinary):
                 Sigma = Sigma - beta * (v[:, None] * v[None, :])
                 Sigma = 0.5 * (Sigma + Sigma.T)
                 lam, V = xp.linalg.eigh(Sigma)
-                fired = xp.min(lam) < floor
+                # only an update can push an eigenvalue down; eigenvalues already on the
+                # floor (up to rounding) do not fire again
+                fired = (m < 1) & (xp.min(lam) < floor * (1.0 - 1e-6))
                 clamped = (V * xp.clip(lam, min=floor)[None, :]) @ V.T
                 Sigma = xp.where(fired, 0.5 * (clamped + clamped.T), Sigma)
             else:
                 Sigma = Sigma - beta * v * v
-                fired = xp.min(Sigma) < floor
+                fired = (m < 1) & (xp.min(Sigma) < floor * (1.0 - 1e-6))
                 Sigma = xp.clip(Sigma, min=floor)
             clamps = clamps + xp.astype(fired, X.dtype)
         state = {"mu": mu, "Sigma": Sigma, "updates": state["updates"] + int(updates),
