@@ -209,3 +209,15 @@ def test_without_joblib_fitting_is_sequential_and_identical(monkeypatch):
     monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now raises ImportError
     got = RandomForestClassifier(12, random_state=2, n_jobs=2).fit(Xtr, ytr).predict_proba(Xte)
     np.testing.assert_array_equal(got, ref)
+
+
+def test_adaboost_with_shallow_trees_and_multiclass_votes():
+    Xtr, Xte, ytr, yte = _split("wine", 0)
+    ada = AdaBoostClassifier(DecisionTreeClassifier(max_depth=2), n_estimators=20).fit(Xtr, ytr)
+    err, beta = np.asarray(ada.estimator_errors_), np.asarray(ada.estimator_weights_)
+    # K = 3: SAMME's vote, which reduces to ½ ln((1−err)/err) for two classes
+    np.testing.assert_allclose(beta, 0.5 * (np.log((1 - err) / err) + np.log(2.0)), rtol=1e-12)
+    assert np.all(err < 2 / 3) and ada.score(Xte, yte) > 0.9
+    P = ada.predict_proba(Xte)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(ada.classes_[P.argmax(axis=1)], ada.predict(Xte))
