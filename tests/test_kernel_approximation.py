@@ -122,3 +122,13 @@ def test_nystroem_cuts_small_eigenvalues_and_warns_on_too_many_components():
     with pytest.warns(UserWarning, match="n_components=50 > n_samples=30"):
         ny = Nystroem(n_components=50, random_state=0).fit(X)
     assert ny.components_.shape == (30, 2)
+
+
+def test_nystroem_transform_in_row_blocks_under_a_small_memory_budget(monkeypatch):
+    import xpml.kernels
+
+    X = _X(n=50)
+    ny = Nystroem(gamma=0.3, n_components=20, random_state=0).fit(X)
+    whole = ny.transform(X)
+    monkeypatch.setattr(xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 20 * 3 * 6)  # 6 rows a block
+    np.testing.assert_allclose(ny.transform(X), whole, rtol=1e-13, atol=1e-13)

@@ -213,3 +213,13 @@ def test_errors_name_the_argument():
         KernelRidge(kernel="gaussian").fit(X, Y)
     with pytest.raises(InvalidParameterError, match="'alpha'"):
         KernelRidge(alpha=-1.0).fit(X, Y)
+
+
+def test_predict_in_row_blocks_under_a_small_memory_budget(monkeypatch):
+    import xpml.kernels
+
+    X, Y, Xt, _ = _data()
+    kr = KernelRidge(alpha=0.5, kernel="rbf", gamma=0.3).fit(X, Y)
+    whole = kr.predict(Xt)
+    monkeypatch.setattr(xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 80 * 3 * 7)  # 7 rows a block
+    np.testing.assert_allclose(kr.predict(Xt), whole, rtol=1e-13, atol=1e-13)
