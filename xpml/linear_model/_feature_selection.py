@@ -10,7 +10,8 @@ import numpy as np
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.linear_model._ridge import Ridge as _Ridge
 from xpml.model_selection import cross_val_score
-from xpml.utils._param_validation import Interval, Options
+from xpml.exceptions import InvalidParameterError
+from xpml.utils._param_validation import Interval, Options, validate_params
 from xpml.utils.validation import check_is_fitted
 
 __all__ = ["SequentialFeatureSelector"]
@@ -66,9 +67,8 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "cv": [Interval(Integral, 2, None), "cv_object"],
+        "cv": [Interval(Integral, 2, None)],                  # or a splitter (see below)
         "direction": [Options("forward", "backward")],
-        "estimator": [object],
         "n_features_to_select": [Options("auto"), Interval(Integral, 1, None),
                                  Interval(Real, 0, 1, closed="neither")],
         "scoring": [None, str, callable],
@@ -88,21 +88,16 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
         self.cv = cv
 
     def _validate_params(self):
-        constraints = dict(self._parameter_constraints)
-        cv = constraints.pop("cv")
-        from xpml.utils._param_validation import validate_params
-
+        """The declared checks, plus: ``cv`` may also be a splitter, and ``estimator``
+        must have ``fit``."""
         params = self.get_params(deep=False)
-        if not hasattr(self.cv, "split"):
-            validate_params(type(self).__name__, {"cv": self.cv}, {"cv": cv[:1]})
-        if self.estimator is None or not hasattr(self.estimator, "fit"):
-            from xpml.exceptions import InvalidParameterError
-
+        if hasattr(self.cv, "split"):
+            params.pop("cv")
+        validate_params(type(self).__name__, params, self._parameter_constraints)
+        if not hasattr(self.estimator, "fit"):
             raise InvalidParameterError(
                 f"The 'estimator' parameter of {type(self).__name__} must be an estimator "
                 f"with a fit method. Got {self.estimator!r} instead.")
-        constraints.pop("estimator")
-        validate_params(type(self).__name__, params, constraints)
 
     def fit(self, X, y):
         """Select features greedily; returns self."""
