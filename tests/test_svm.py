@@ -241,15 +241,18 @@ def test_kernel_rows_lru_counts_recomputation():
     budget = 300 * 8 * 40  # 40 rows
     rows = KernelRows(X, "rbf", {"gamma": 0.3, "degree": 3, "coef0": 0.0}, xp=xp,
                       memory_budget=budget, q=64)
-    assert rows.q == 10 and rows.slots == 10
-    B = np.arange(10)
+    q = rows.q
+    assert rows.slots == q < 64  # the budget lowered the working-set size
+    B = np.arange(q)
     slots = rows.fetch(B)
-    K = np.exp(-0.3 * ((X[:10, None] - X[None]) ** 2).sum(-1))
-    np.testing.assert_allclose(rows.block(slots, B), K[:, :10], atol=1e-12)
-    np.testing.assert_allclose(rows.product(slots, np.ones(10)), K.sum(0), atol=1e-10)
-    rows.fetch(np.arange(10, 20))  # evicts the first ten
+    K = np.exp(-0.3 * ((X[:q, None] - X[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(rows.block(slots, B), K[:, :q], atol=1e-12)
+    np.testing.assert_allclose(rows.product(slots, np.ones(q)), K.sum(0), atol=1e-10)
+    rows.fetch(B[:2])
+    assert rows.hits == 2
+    rows.fetch(np.arange(q, 2 * q))  # evicts the first set
     rows.fetch(B)
-    assert rows.computed_rows == 30 and rows.hits == 0
+    assert rows.computed_rows == 3 * q and rows.hits == 2
     assert rows.peak_bytes <= budget
 
 

@@ -51,6 +51,7 @@ from xpml.kernels import kernel_matrix
 __all__ = ["KernelRows", "PrecomputedRows", "SMOResult", "smo_solve", "solve_subproblem"]
 
 TAU = 1e-12  # curvature floor for non-PSD kernels (LIBSVM's TAU)
+_CHUNK = 256  # rows per transient block (new kernel rows, gathered rows)
 _STALL = 50  # working sets without progress before giving up
 _CHECK_EVERY = 8  # portable subproblem solver: host check every this many steps
 
@@ -92,10 +93,11 @@ class KernelRows:
         self.row_bytes = self.n * (4 if X.dtype == xp.float32 else 8)
         self.budget = int(memory_budget)
         fit_rows = self.budget // self.row_bytes
-        # the buffer needs >= q slots, and 3 q-row transients are reserved
-        # (new-row block, gathered moved rows, Gram temporaries)
-        self.q = max(2, min(q, self.n, fit_rows // 4))
-        self.slots = max(self.q, min(self.n, fit_rows - 3 * self.q))
+        # transients are processed in chunks of at most _CHUNK rows: the block
+        # of new rows, the Gram engine's workspace and the gathered moved rows
+        self.q = max(2, min(q, self.n, fit_rows // 5))
+        self.chunk = min(_CHUNK, self.q)
+        self.slots = max(self.q, min(self.n, fit_rows - 4 * self.chunk))
         self.buf = None
         self.slot_of = np.full(self.n, -1, dtype=np.int64)
         self.row_of = np.full(self.slots, -1, dtype=np.int64)
@@ -129,11 +131,15 @@ class KernelRows:
             order = order[self.stamp[order] < self.clock][:n_miss]
             old = self.row_of[order]
             self.slot_of[old[old >= 0]] = -1
-            Xb = xp.take(self.X, xp.asarray(new, device=_device(self.X)), axis=0)
-            block = kernel_matrix(Xb, self.X, self.kernel, self.params, xp=xp,
-                                  memory_budget=3 * n_miss * self.row_bytes)
-            self._note(n_miss)
-            self._write(order, block)
+            for c in range(0, n_miss, self.chunk):
+                part = new[c:c + self.chunk]
+                Xb = xp.take(self.X, xp.asarray(part, device=_device(self.X)), axis=0)
+                budget = None if isinstance(self.kernel, str) else 3 * len(part) * self.row_bytes
+                block = kernel_matrix(Xb, self.X, self.kernel, self.params, xp=xp,
+                                      memory_budget=budget)
+                self._note(3 * len(part))
+                self._write(order[c:c + self.chunk], block)
+                del block
             self.row_of[order] = new
             self.slot_of[new] = order
             self.stamp[order] = self.clock
@@ -150,21 +156,31 @@ class KernelRows:
             self.buf[s:s + 1, :] = block[k:k + 1, :]
 
     def block(self, slots, B):
-        """``K[B, B]`` from the buffer."""
+        """``K[B, B]``, computed afresh by the Gram engine: ``q² d`` flops cost
+        less than gathering ``q²`` values scattered over the buffer."""
         xp = self.xp
-        if self._fast:
-            return self.buf[np.ix_(slots, B)]
-        rows = xp.take(self.buf, xp.asarray(slots, device=_device(self.buf)), axis=0)
-        return xp.take(rows, xp.asarray(B, device=_device(self.buf)), axis=1)
+        XB = xp.take(self.X, xp.asarray(B, device=_device(self.X)), axis=0)
+        budget = None if isinstance(self.kernel, str) else 3 * len(B) * len(B) * 8
+        return kernel_matrix(XB, XB, self.kernel, self.params, xp=xp, symmetric=True,
+                             memory_budget=budget)
 
     def product(self, slots, d):
         """``K[B', :]ᵀ d`` for the rows in ``slots`` (those whose α moved)."""
         xp = self.xp
-        self._note(len(slots))
-        if self._fast:
-            return d @ self.buf[slots]
-        rows = xp.take(self.buf, xp.asarray(slots, device=_device(self.buf)), axis=0)
-        return d @ rows
+        out = None
+        m = len(slots)
+        for c in range(0, m, self.chunk):
+            sl = slots[c:min(c + self.chunk, m)]
+            dc = d[c:min(c + self.chunk, m)]
+            self._note(len(sl))
+            if self._fast:
+                part = dc @ self.buf[sl]
+            else:
+                part = dc @ xp.take(self.buf, xp.asarray(sl, device=_device(self.buf)), axis=0)
+            out = part if out is None else out + part
+        if out is None:
+            return xp.zeros((self.n,), dtype=self.buf.dtype, device=_device(self.buf))
+        return out
 
     def release(self):
         self.buf = None
@@ -178,6 +194,7 @@ class PrecomputedRows(KernelRows):
         self.xp = xp
         self.n = int(K.shape[0])
         self.q = max(2, min(q, self.n))
+        self.chunk = self.n
         self.buf = K
         self.peak_bytes = 0
         self.computed_rows = 0
@@ -190,6 +207,13 @@ class PrecomputedRows(KernelRows):
     def fetch(self, B):
         self.hits += len(B)
         return B
+
+    def block(self, slots, B):
+        xp = self.xp
+        if self._fast:
+            return self.buf[np.ix_(B, B)]
+        Bd = xp.asarray(B, device=_device(self.buf))
+        return xp.take(xp.take(self.buf, Bd, axis=0), Bd, axis=1)
 
 
 def _device(a):
@@ -416,7 +440,7 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
     converged = False
     gap = math.inf
     kept = np.zeros(0, dtype=np.int64)
-    best, stalled = math.inf, 0
+    best, stalled = -math.inf, 0
     t0 = time.perf_counter()
     while True:
         up = xp.where(ypos, alpha < C, alpha > 0)
@@ -446,8 +470,10 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
         if n_iter >= limit:
             break
         # a tolerance below the floating-point floor of this problem: stop
-        # after _STALL working sets without a smaller violation
-        best, stalled = (gap, 0) if gap < best else (best, stalled + 1)
+        # after _STALL working sets that did not raise the dual objective
+        dual = float(xp.sum(alpha * (1.0 + y * v))) / 2.0  # Σα − ½αᵀQα, Qα = 1 − y∘v
+        best, stalled = ((dual, 0) if dual > best + 1e-14 * max(1.0, abs(dual))
+                         else (best, stalled + 1))
         if stalled >= _STALL:
             break
         B = np.unique(np.concatenate([kept, cand_up[np.isfinite(sc_up)],
