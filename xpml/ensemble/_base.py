@@ -68,10 +68,12 @@ def progress_bar(enabled, total, desc):
     return tqdm(total=total, desc=desc)
 
 
-def stacked_leaves(trees, X, ctx, *, max_elements=1 << 24):
+def stacked_leaves(trees, X, ctx, *, max_elements=1 << 19):
     """Yield ``(chunk of trees, value rows (T_c, n, ...))`` routing many trees
     at once: their arrays are concatenated with offsets and all rows of ``X`` go
-    down all trees of a chunk together (one ``route`` call per chunk)."""
+    down all trees of a chunk together (one ``route`` call per chunk). Chunks
+    hold about ``max_elements`` (tree, row) pairs: small enough to stay in cache
+    on a CPU."""
     xp = ctx.xp
     n = int(X.shape[0])
     k = 1

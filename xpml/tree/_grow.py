@@ -559,7 +559,7 @@ def _split_trees(table, R, params):
 
 
 # ------------------------------------------------------------------ routing
-def route(X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=4):
+def route(X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=8):
     """Leaf reached by every row of ``X``: ``(n,)``, or ``(T, n)`` for ``T``
     trees stored one after another with their roots at ``roots``.
 
