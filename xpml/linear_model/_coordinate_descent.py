@@ -53,8 +53,11 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
 
     Returns ``(w, gap, n_iter)``; ``gap`` is a Python float.
     """
-    d = X.shape[1]
-    norms = [float(v) for v in (xp.sum(X * X, axis=0) if d else [])]  # one sync
+    n, d = X.shape
+    # columns as contiguous rows (one copy): each coordinate step then reads one
+    # contiguous vector instead of a strided column of X
+    Xt = xp.reshape(xp.reshape(X.T, (-1,)), (d, n))
+    norms = [float(v) for v in (xp.sum(Xt * Xt, axis=1) if d else [])]  # one sync
     inv = [1.0 / v if v > 0 else 0.0 for v in norms]
     coords = [w[j] for j in range(d)]
     R = y - X @ w
@@ -66,7 +69,7 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
         for j in range(d):
             if not inv[j]:
                 continue
-            xj, wj = X[:, j], coords[j]
+            xj, wj = Xt[j, :], coords[j]
             rho = xj @ R + norms[j] * wj
             new = _soft_threshold(rho, l1, xp=xp) * inv[j]
             delta = new - wj
