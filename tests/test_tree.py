@@ -177,7 +177,8 @@ def test_backends_give_numpy_results(xp):
     X, y = _noisy(5, n=300)
     w = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
     kw = dict(max_features=3, random_state=4, min_samples_leaf=2)
-    ref = DecisionTreeClassifier(criterion="entropy", **kw).fit(X[:200], y[:200], sample_weight=w[:200])
+    ref = DecisionTreeClassifier(criterion="entropy", **kw).fit(X[:200], y[:200],
+                                                               sample_weight=w[:200])
     got = DecisionTreeClassifier(criterion="entropy", **kw).fit(
         xp.asarray(X[:200]), xp.asarray(y[:200]), sample_weight=xp.asarray(w[:200]))
     P = got.predict_proba(xp.asarray(X))

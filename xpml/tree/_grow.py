@@ -210,7 +210,8 @@ def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
         else:
             score = acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
     else:
-        yc = xp.reshape(xp.take(y, xp.reshape(ss, (-1,))), (nb, f, L)) - xp.reshape(mean, (nb, 1, 1))
+        yc = xp.reshape(xp.take(y, xp.reshape(ss, (-1,))), (nb, f, L))
+        yc = yc - xp.reshape(mean, (nb, 1, 1))  # centred per node: no cancellation in SSE
         s1 = xp.cumulative_sum(wsr * yc, axis=-1)
         r1 = s1[..., -1:] - s1
         score = s1 * s1 / wl_s + r1 * r1 / wr_s
