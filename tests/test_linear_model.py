@@ -277,6 +277,23 @@ def test_perceptron_hand_computed_updates():
     assert m.n_mistakes_ == 1
 
 
+def test_perceptron_equals_sklearn_in_order(xp):
+    """Rows in order, no shuffling: the same updates as scikit-learn's Perceptron,
+    binary and one-vs-rest."""
+    from sklearn.linear_model import Perceptron as SkPerceptron
+
+    X, y = _separable(n=80, seed=5)
+    y3 = np.arange(80) % 3
+    for labels, epochs in ((y, 1), (y3, 3)):
+        m = Perceptron(max_iter=epochs, shuffle=False).fit(xp.asarray(X), xp.asarray(labels))
+        ref = SkPerceptron(max_iter=epochs, shuffle=False, tol=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref.fit(X, labels)
+        np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-12)
+
+
 def test_perceptron_separable_converges(xp):
     X, y = _separable(n=60)
     m = Perceptron(max_iter=200, random_state=0).fit(xp.asarray(X), xp.asarray(y))
