@@ -256,6 +256,7 @@ def _subproblem_host(K, y, a, C, v, tol, max_steps):
     a = a.copy()
     v = v.copy()
     diag = np.diagonal(K).copy()
+    K2 = 2.0 * K
     ypos = y > 0
     up = np.where(ypos, a < C, a > 0)
     low = np.where(ypos, a > 0, a < C)
@@ -263,16 +264,16 @@ def _subproblem_host(K, y, a, C, v, tol, max_steps):
     steps = 0
     while steps < max_steps:
         vu = np.where(up, v, ninf)
-        i = int(np.argmax(vu))
+        i = int(vu.argmax())
         m = vu[i]
-        if m - np.min(np.where(low, v, pinf)) < tol:
+        if m - np.where(low, v, pinf).min() < tol:
             break
         Ki = K[i]
         b = m - v
-        curv = diag[i] + diag - 2.0 * Ki
-        curv = np.where(curv > 0, curv, TAU)
-        score = np.where(low & (b > 0), -(b * b) / curv, pinf)
-        j = int(np.argmin(score))
+        # second-order gain b²/a over admissible partners; a ≤ τ replaced by τ
+        curv = np.maximum((diag + diag[i]) - K2[i], TAU)
+        gain = np.where(low & (v < m), (b * b) / curv, -1.0)
+        j = int(gain.argmax())
         ai, aj, Ci, Cj = a[i], a[j], C[i], C[j]
         ub_i = Ci - ai if ypos[i] else ai
         ub_j = aj if ypos[j] else Cj - aj
@@ -290,7 +291,8 @@ def _subproblem_host(K, y, a, C, v, tol, max_steps):
         if dai == 0 and daj == 0:  # below the floating-point resolution: no progress
             break
         a[i], a[j] = ai_new, aj_new
-        v = v - dai * Ki - daj * K[j]
+        v -= dai * Ki
+        v -= daj * K[j]
         for k, ak in ((i, ai_new), (j, aj_new)):
             up[k] = ak < C[k] if ypos[k] else ak > 0
             low[k] = ak > 0 if ypos[k] else ak < C[k]
@@ -315,6 +317,7 @@ def _subproblem_portable(K, y, a, C, v, *, xp, tol, max_steps):
     ninf = xp.asarray(-math.inf, dtype=dt, device=dev)
     pinf = xp.asarray(math.inf, dtype=dt, device=dev)
     tau = xp.asarray(TAU, dtype=dt, device=dev)
+    neg1 = xp.asarray(-1.0, dtype=dt, device=dev)
     live = xp.asarray(True, device=dev)
     count = xp.asarray(0, dtype=xp.int64, device=dev)
     for it in range(max_steps):
@@ -328,11 +331,10 @@ def _subproblem_portable(K, y, a, C, v, *, xp, tol, max_steps):
         live = live & (m - xp.min(xp.where(low, v, pinf)) >= tol)
         Ki = xp.take(K, xp.reshape(i, (1,)), axis=0)[0, :]
         b = m - v
-        curv = diag[i] + diag - 2.0 * Ki
-        curv = xp.where(curv > 0, curv, tau)
-        score = xp.where(low & (b > 0), -(b * b) / curv, pinf)
-        j = xp.argmin(score)
-        live = live & (score[j] < pinf)
+        curv = xp.maximum((diag + diag[i]) - 2.0 * Ki, tau)
+        gain = xp.where(low & (v < m), (b * b) / curv, neg1)
+        j = xp.argmax(gain)
+        live = live & (gain[j] > 0)
         ai, aj, Ci, Cj, yi, yj = a[i], a[j], C[i], C[j], y[i], y[j]
         ub_i = xp.where(ypos[i], Ci - ai, ai)
         ub_j = xp.where(ypos[j], aj, Cj - aj)
