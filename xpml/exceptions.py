@@ -1,6 +1,7 @@
 """Exceptions and warnings raised by xpml."""
 
-__all__ = ["NotFittedError", "InvalidParameterError", "ConvergenceWarning"]
+__all__ = ["NotFittedError", "InvalidParameterError", "ConvergenceWarning",
+           "SeparableDataWarning", "DataConversionWarning"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -13,6 +14,11 @@ class InvalidParameterError(ValueError, TypeError):
 
 class ConvergenceWarning(UserWarning):
     """An iterative solver stopped before meeting its tolerance."""
+
+
+class DataConversionWarning(UserWarning):
+    """Input was converted to the form an estimator needs (e.g. a column-vector
+    ``y`` flattened to 1-D)."""
 
 
 class SeparableDataWarning(ConvergenceWarning):

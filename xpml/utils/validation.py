@@ -11,12 +11,13 @@ integer codes, which then travel with ``X``.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import array_api_compat
 import numpy as np
 
 from xpml._backend import float_dtype, library_name, to_numpy
-from xpml.exceptions import not_fitted_error
+from xpml.exceptions import DataConversionWarning, not_fitted_error
 
 __all__ = [
     "check_array",
@@ -206,12 +207,20 @@ def check_n_features(estimator, X, name="X"):
         )
 
 
+def _warn_column_vector(name):
+    warnings.warn(
+        f"A column-vector {name} was passed when a 1d array was expected; it is flattened "
+        f"to shape (n_samples,). Pass {name}.ravel() (or {name}[:, 0]) to silence this.",
+        DataConversionWarning, stacklevel=4)
+
+
 def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, requested=None,
                   dtype="float"):
     """Validate regression targets: 1-D (or 2-D when ``multi_output``), finite, float."""
     allowed = (1, 2) if multi_output else (1,)
     y = _host_prepare(y, name)
     if len(y.shape) == 2 and not multi_output and y.shape[1] == 1:
+        _warn_column_vector(name)
         y = xp.reshape(y, (-1,)) if not isinstance(y, np.ndarray) else y.reshape(-1)
     if len(y.shape) not in allowed:
         want = "1-D" if not multi_output else "1-D or 2-D"
@@ -248,6 +257,7 @@ def encode_labels(y, *, name="y", min_classes=2):
         y = np.asarray(y)
     shape = tuple(y.shape)
     if len(shape) == 2 and shape[1] == 1:
+        _warn_column_vector(name)
         y = y[:, 0] if not isinstance(y, np.ndarray) else y.ravel()
         shape = tuple(y.shape)
     if len(shape) != 1:
