@@ -14,11 +14,18 @@ seed gives the same features on every backend.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from numbers import Integral, Real
 
 from xpml.base import BaseEstimator, TransformerMixin
-from xpml.kernels import KERNELS, block_rows_for, iter_kernel_blocks, resolve_kernel_params
+from xpml.kernels import (
+    KERNELS,
+    block_rows_for,
+    iter_kernel_blocks,
+    kernel_matrix,
+    resolve_kernel_params,
+)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -117,7 +124,7 @@ class RandomFourierFeatures(TransformerMixin, BaseEstimator):
             gamma = float(self.gamma)
         rng = check_random_state(self.random_state)
         W = (2.0 * gamma) ** 0.5 * rng.standard_normal((d, self.n_components))
-        b = rng.uniform(0.0, 2.0 * 3.141592653589793, size=self.n_components)
+        b = rng.uniform(0.0, 2.0 * math.pi, size=self.n_components)
         self.random_weights_ = xp.asarray(W, dtype=X.dtype, device=ctx.device)
         self.random_offset_ = xp.asarray(b, dtype=X.dtype, device=ctx.device)
         self.gamma_ = gamma
@@ -242,8 +249,6 @@ or callable, default="rbf"
         inds = xp.asarray(rng.permutation(n)[:m], device=ctx.device)
         basis = xp.take(X, inds, axis=0)
         kernel, p = self._kernel_and_params(int(X.shape[1]))
-        from xpml.kernels import kernel_matrix
-
         K_LL = kernel_matrix(basis, basis, kernel, p, xp=xp, symmetric=True)
         self.normalization_, _ = _inverse_sqrt_psd(K_LL, xp=xp)
         self.components_ = basis
