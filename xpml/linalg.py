@@ -14,6 +14,25 @@ from xpml.utils.validation import check_array
 __all__ = ["compact_svd", "pinv", "svd_flip"]
 
 
+def _single_threaded_blas(xp):
+    """A context limiting BLAS to one thread while NumPy runs many small, cache-
+    sized matrix products (block-tiled distances); None for other backends or
+    when threadpoolctl (installed with scikit-learn) is missing.
+
+    Two BLAS threads on products this small mostly wait for each other, and on
+    a loaded machine much worse; the tiled loops parallelise over blocks instead
+    where they can."""
+    import array_api_compat
+
+    if not array_api_compat.is_numpy_namespace(xp):
+        return None
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _eps(dtype, xp):
     return 1.1920929e-07 if dtype == xp.float32 else 2.220446049250313e-16
 

@@ -11,6 +11,7 @@ so one seed gives the same clustering on every backend.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from numbers import Integral, Real
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
+from xpml.linalg import _single_threaded_blas
 from xpml.kernels import block_rows_for, sq_distances, sq_norms
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
@@ -29,43 +31,70 @@ INITS = ("k-means++", "forgy", "random-partition")
 
 
 # ----------------------------------------------------------------- helpers
+_CPU_BLOCK_BYTES = 4 * 2**20  # NumPy: cache-sized distance blocks are faster
+
+
+def _block_rows(X, k, xp, memory_budget):
+    if memory_budget is None and array_api_compat.is_numpy_namespace(xp):
+        memory_budget = _CPU_BLOCK_BYTES
+    return block_rows_for(k, X.shape[1], 4 if X.dtype == xp.float32 else 8, kernel="linear",
+                          memory_budget=memory_budget)
+
+
+def _nearest(Xb, C, C_norms, prev, /, *, xp, X_norms=None):
+    """Nearest centre of each row of a block (``prev`` kept on ties) and its
+    squared distance."""
+    D = sq_distances(Xb, C, xp=xp, X_norms=X_norms, Y_norms=C_norms)
+    lab = xp.argmin(D, axis=1)
+    dmin = xp.min(D, axis=1)
+    if prev is not None:
+        dprev = xp.take_along_axis(D, prev[:, None], axis=1)[:, 0]
+        lab = xp.where(dprev <= dmin, prev, lab)
+    return lab, dmin
+
+
 def _assign(X, C, previous, /, *, xp, memory_budget=None):
     """Nearest centre of each row (keeping ``previous`` on ties) and its squared
     distance, computed in row blocks."""
-    n, d = X.shape
+    n = X.shape[0]
+    rows = _block_rows(X, C.shape[0], xp, memory_budget)
+    C_norms = sq_norms(C, xp=xp)
+    out = [_nearest(X[r0:min(r0 + rows, n), :], C, C_norms,
+                    None if previous is None else previous[r0:min(r0 + rows, n)], xp=xp)
+           for r0 in range(0, n, rows)]
+    if len(out) == 1:
+        return out[0]
+    return xp.concat([o[0] for o in out]), xp.concat([o[1] for o in out])
+
+
+def _onehot(labels, k, /, *, xp, dtype):
+    ks = xp.arange(k, dtype=labels.dtype, device=array_api_compat.device(labels))
+    return xp.astype(labels[:, None] == ks[None, :], dtype)
+
+
+def _lloyd_step(X, Xw, w, X_norms, C, previous, rows, /, *, xp):
+    """One Lloyd iteration fused over row blocks: assign each block to the old
+    centres, and accumulate the weighted sums ``Mᵀ(wX)`` and weights ``Mᵀw`` of
+    the new ones (``M`` the block's one-hot assignment)."""
+    n = X.shape[0]
     k = C.shape[0]
     C_norms = sq_norms(C, xp=xp)
-    rows = block_rows_for(k, d, 4 if X.dtype == xp.float32 else 8, kernel="linear",
-                          memory_budget=memory_budget)
-    labels, dists = [], []
+    labels, sums, wsum = [], None, None
     for r0 in range(0, n, rows):
         r1 = min(r0 + rows, n)
-        D = sq_distances(X[r0:r1, :], C, xp=xp, Y_norms=C_norms)
-        lab = xp.argmin(D, axis=1)
-        dmin = xp.min(D, axis=1)
-        if previous is not None:
-            prev = previous[r0:r1]
-            dprev = xp.take_along_axis(D, prev[:, None], axis=1)[:, 0]
-            lab = xp.where(dprev <= dmin, prev, lab)
+        lab, _ = _nearest(X[r0:r1, :], C, C_norms,
+                          None if previous is None else previous[r0:r1], xp=xp,
+                          X_norms=X_norms[r0:r1])
+        M = _onehot(lab, k, xp=xp, dtype=X.dtype).T
+        s, ws = M @ Xw[r0:r1, :], M @ w[r0:r1]
+        sums, wsum = (s, ws) if sums is None else (sums + s, wsum + ws)
         labels.append(lab)
-        dists.append(dmin)
-    if len(labels) == 1:
-        return labels[0], dists[0]
-    return xp.concat(labels), xp.concat(dists)
+    return (labels[0] if len(labels) == 1 else xp.concat(labels)), sums, wsum
 
 
-def _onehot(labels, k, w, /, *, xp, dtype):
-    ks = xp.arange(k, dtype=labels.dtype, device=array_api_compat.device(labels))
-    return xp.astype(labels[:, None] == ks[None, :], dtype) * w[:, None]
-
-
-def _update_centres(X, labels, w, C_old, /, *, xp):
+def _new_centres(X, labels, w, C_old, sums, wsum, /, *, xp):
     """Weighted means of the clusters; an empty cluster takes the point farthest
     from its centre (removed from that centre's mean), as scikit-learn does."""
-    k = C_old.shape[0]
-    M = _onehot(labels, k, w, xp=xp, dtype=X.dtype)
-    wsum = xp.sum(M, axis=0)
-    sums = M.T @ X
     empty = wsum == 0
     if bool(xp.any(empty)):
         sums, wsum = _relocate_empty(X, labels, w, C_old, sums, wsum, empty, xp=xp)
@@ -98,12 +127,15 @@ def _inertia(X, C, labels, w, /, *, xp):
 def _lloyd(X, w, C, max_iter, tol, /, *, xp, memory_budget=None):
     """Lloyd's iterations from centres ``C``; scikit-learn's stopping rules
     (labels unchanged, or squared centre shift <= tol)."""
+    rows = _block_rows(X, C.shape[0], xp, memory_budget)
+    Xw = X * w[:, None]
+    X_norms = sq_norms(X, xp=xp)
     labels_old = None
     strict = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        labels, _ = _assign(X, C, labels_old, xp=xp, memory_budget=memory_budget)
-        C_new = _update_centres(X, labels, w, C, xp=xp)
+        labels, sums, wsum = _lloyd_step(X, Xw, w, X_norms, C, labels_old, rows, xp=xp)
+        C_new = _new_centres(X, labels, w, C, sums, wsum, xp=xp)
         shift = float(xp.sum((C_new - C) ** 2))
         C = C_new
         if labels_old is not None and bool(xp.all(labels == labels_old)):
@@ -154,7 +186,7 @@ def _init_centres(X, k, init, w, w_host, rng, /, *, xp, device):
     lab_host = rng.integers(0, k, size=n)
     counts = np.bincount(lab_host, minlength=k)
     labels = xp.asarray(lab_host, device=device)
-    M = _onehot(labels, k, w, xp=xp, dtype=X.dtype)
+    M = _onehot(labels, k, xp=xp, dtype=X.dtype) * w[:, None]
     wsum = xp.sum(M, axis=0)
     C = (M.T @ X) / xp.where(wsum > 0, wsum, xp.ones_like(wsum))[:, None]
     if np.any(counts == 0):  # only with very few points: an empty part takes a random point
@@ -257,6 +289,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if w is None:
             w = xp.ones((n,), dtype=X.dtype, device=ctx.device)
         given = not isinstance(self.init, str)
+        C0 = None
         if given:
             C0 = xp.asarray(to_numpy(self.init), dtype=X.dtype, device=ctx.device)
             if tuple(C0.shape) != (k, d):
@@ -271,7 +304,21 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             n_init = 1
         rng = check_random_state(self.random_state)
         tol = self.tol * float(xp.mean(xp.var(X, axis=0)))
-        w_host = to_numpy(w).astype(np.float64) if not given and self.init == "k-means++" else None
+        with _single_threaded_blas(xp) or contextlib.nullcontext():
+            best = self._runs(X, w, k, n_init, C0, tol, rng, ctx)
+        C, labels, inertia, n_iter = best
+        self.cluster_centers_ = C
+        self.labels_ = xp.astype(labels, xp.int64)
+        self.inertia_ = inertia
+        self.n_iter_ = n_iter
+        return self._fitted(ctx)
+
+    def _runs(self, X, w, k, n_init, C0, tol, rng, ctx):
+        """The best (lowest inertia) of ``n_init`` Lloyd runs."""
+        xp = ctx.xp
+        given = C0 is not None
+        w_host = (to_numpy(w).astype(np.float64)
+                  if not given and self.init == "k-means++" else None)
         best = None
         for _ in range(n_init):
             C = C0 if given else _init_centres(X, k, self.init, w, w_host, rng, xp=xp,
@@ -279,12 +326,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             run = _lloyd(X, w, C, self.max_iter, tol, xp=xp, memory_budget=self.memory_budget)
             if best is None or run[2] < best[2]:
                 best = run
-        C, labels, inertia, n_iter = best
-        self.cluster_centers_ = C
-        self.labels_ = xp.astype(labels, xp.int64)
-        self.inertia_ = inertia
-        self.n_iter_ = n_iter
-        return self._fitted(ctx)
+        return best
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit and return ``labels_``."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import array_api_compat
-import numpy as np
 
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -56,22 +55,6 @@ def _neighbor_weights(dist, weights, /, *, xp):
         safe = xp.where(zero, xp.ones_like(dist), dist)
         return xp.where(any_zero, xp.astype(zero, dist.dtype), 1.0 / safe)
     return weights(dist)
-
-
-def _reject_continuous(y):
-    """Class labels that are non-integral floats are a regression target."""
-    if y is None or isinstance(y, (list, tuple)):
-        y = None if y is None else np.asarray(y)
-    if y is None or not hasattr(y, "dtype"):
-        return
-    xp = array_api_compat.array_namespace(y)
-    if xp.isdtype(y.dtype, "real floating") and bool(
-        xp.all(xp.isfinite(y)) and xp.any(y != xp.round(y))
-    ):
-        raise ValueError(
-            "Unknown label type: continuous. y holds non-integral floats; a classifier "
-            "needs class labels (use KNeighborsRegressor for a continuous target)"
-        )
 
 
 class _KNeighborsBase(BaseEstimator):
@@ -269,7 +252,6 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
 
     def fit(self, X, y):
         """Store the training points and their class codes."""
-        _reject_continuous(y)
         ctx, X, y, _ = self._validate_fit_data(X, y, target="classes")
         self._fit_X(ctx, X)
         self._state_fit_y = y

@@ -37,6 +37,7 @@ import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml.linalg import _single_threaded_blas
 from xpml.kernels import DEFAULT_MEMORY_BUDGET, block_rows_for, sq_distances, sq_norms
 
 __all__ = [
@@ -180,16 +181,6 @@ def _itemsize(X):
     return 4 if "32" in str(X.dtype) else 8
 
 
-def _single_threaded_blas():
-    """A context limiting BLAS to one thread (threadpoolctl, installed with
-    scikit-learn), or None when threadpoolctl is missing: then no thread pool."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return None
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, block_cols=None,
                           memory_budget=None, topk="auto"):
     """Exact k nearest training rows of each query by tiled exhaustive search.
@@ -264,7 +255,7 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
         return _refine(Qb, X, ind, xp=xp)
 
     starts = list(range(0, n_q, rows))
-    limits = _single_threaded_blas() if threads > 1 and len(starts) > 1 else None
+    limits = _single_threaded_blas(xp) if threads > 1 and len(starts) > 1 else None
     if limits is not None:
         # NumPy releases the GIL in its kernels: row blocks run on all cores, each
         # with a one-thread BLAS (two levels of threads would fight for the cores)
