@@ -8,12 +8,17 @@ array namespace. The solve factors ``K + λI = L Lᵀ`` with
 The array API has no triangular solve. The portable path is blocked forward /
 back substitution: for each block of ``b`` rows, subtract the contribution of
 the blocks already solved (one matrix product) and solve the small ``b×b``
-diagonal block with ``xp.linalg.solve``. That is ``O(n²k)`` work in ``n/b``
-sequential steps of matrix products (GPU friendly); the ``b×b`` solves use a
-general LU, which is backward stable on a triangular matrix. NumPy (through
-SciPy's LAPACK ``trtrs``/``potrs``/``trtri``) and PyTorch (``solve_triangular``)
-take a native fast path behind :func:`_solve_triangular`; a test checks the two
+diagonal block with ``xp.linalg.solve``. That is ``O(n²k + nb²)`` work in
+``n/b`` sequential steps of matrix products (GPU friendly); the ``b×b`` solves
+use a general LU, which is backward stable on a triangular matrix. NumPy
+(SciPy's LAPACK ``trtrs`` and ``trtri``, when SciPy is installed) and PyTorch
+(``torch.linalg.solve_triangular``) take a native fast path behind
+:func:`_solve_triangular` / :func:`_inv_sq_frobenius`; a test checks that the
 paths agree.
+
+``effective_dof_ = n − λ‖L⁻¹‖²_F`` needs ``L⁻¹``: one triangular inversion,
+about as costly as the factorisation itself, so ``compute_dof=False`` roughly
+halves the solve time for large ``n``.
 """
 
 from __future__ import annotations
