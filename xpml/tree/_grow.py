@@ -417,16 +417,32 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     return _split_trees(table, R, params)
 
 
-def _plan_blocks(lens, m, budget):
+def _plan_blocks(lens, m, budget, merge=1 << 15):
     """Group nodes by padded length L (ascending) into blocks of at most
-    ``budget // (L m)`` nodes: a list of (node positions, L)."""
+    ``budget // (L m)`` nodes: a list of (node positions, L).
+
+    A group of short nodes joins the next longer group when the padding this
+    adds (``nodes · ΔL · m`` elements) costs less than one more block's fixed
+    overhead (about ``merge`` elements of work)."""
     Ls = _block_len(lens)
     order = np.argsort(Ls, kind="stable")
+    Ls_sorted = Ls[order]
+    # merge consecutive length groups while the extra padding stays small
+    target = Ls_sorted.copy()
+    groups = np.unique(Ls_sorted)
+    start = 0
+    for g_next in groups[1:]:
+        cur = Ls_sorted[start:] < g_next
+        cnt = int(np.sum(cur))
+        if cnt and cnt * (int(g_next) - int(target[start:][cur].max())) * m <= merge:
+            target[start:start + cnt] = g_next
+        else:
+            start = start + cnt
     blocks, i = [], 0
     while i < len(order):
-        L = int(Ls[order[i]])
+        L = int(target[i])
         j, nb_max = i, max(1, budget // (L * m))
-        while j < len(order) and Ls[order[j]] == L and j - i < nb_max:
+        while j < len(order) and target[j] == L and j - i < nb_max:
             j += 1
         blocks.append((order[i:j], L))
         i = j
