@@ -157,14 +157,15 @@ def test_kd_tree_equals_exhaustive_with_ties(digits, rng):
 
 
 def test_approximate_recall_at_default_setting(rng):
-    """Recall@5 of approx_kd_tree at max_leaves=16 (the default), as documented."""
+    """Recall@5 of approx_kd_tree at max_leaves=16, leaf_size=64 (the defaults), as
+    documented: 1.000 in 3-D, 0.954 in 8-D."""
     recalls = {}
     for d in (3, 8):
         X = rng.normal(size=(5000, d))
         Q = rng.normal(size=(1000, d))
         _, exact = NearestNeighbors(n_neighbors=5).fit(X).kneighbors(Q)
         est = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree").fit(X)
-        assert est.max_leaves == 16
+        assert (est.max_leaves, est.leaf_size) == (16, 64)
         _, approx = est.kneighbors(Q)
         recalls[d] = recall_at_k(approx, exact)
         # more leaves never hurts; max_leaves >= n_leaves is exact
@@ -176,7 +177,7 @@ def test_approximate_recall_at_default_setting(rng):
         np.testing.assert_array_equal(full, exact)
     print(f"approx_kd_tree recall@5 at max_leaves=16: {recalls}")
     assert recalls[3] >= 0.995
-    assert recalls[8] >= 0.88
+    assert recalls[8] >= 0.94
 
 
 def test_approximate_returns_k_even_with_tiny_budget(rng):

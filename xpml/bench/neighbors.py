@@ -42,7 +42,7 @@ def run(bench):
             if algorithm == "approx_kd_tree":
                 _, exact = NearestNeighbors(n_neighbors=k).fit(X).kneighbors(Q[:2000])
                 _, approx = ours.kneighbors(Q[:2000])
-                note = f"recall@{k}={recall_at_k(approx, exact):.4f} (max_leaves=16)"
+                note = f"recall@{k}={recall_at_k(approx, exact):.4f} (max_leaves=16, leaf_size=64)"
             bench.compare(SUITE, f"kNN predict {algorithm} k={k} d={d}", n,
                           lambda: ours.predict(Q), lambda: ref.predict(Q),
                           ref_name="scikit-learn kd_tree", params={"d": d, "k": k},
