@@ -196,6 +196,15 @@ def test_parity_helper_numpy_strict_torch():
     report = xpml.parity.compare(SVC(kernel="rbf", tol=1e-8), Xtr[:200], ytr[:200],
                                  backends=("numpy", "array_api_strict", "torch"))
     report.assert_close(rtol=1e-6, atol=1e-8)
+    # Platt scaling and pairwise coupling too (three classes)
+    Xtr, ytr, _, _ = _dataset("wine")
+    report = xpml.parity.compare(SVC(probability=True, random_state=0, tol=1e-8), Xtr[:60],
+                                 ytr[:60],
+                                 backends=("numpy", "array_api_strict", "torch"))
+    for d in report.diffs.values():  # last-bit kernel differences may reorder SMO steps:
+        d.pop("attr:n_iter_", None)  # the step count can differ, the solution does not
+    report.assert_close(rtol=1e-6, atol=1e-8)
+    assert "predict_proba" in report.results["torch"]
 
 
 def test_fast_and_portable_subproblem_solvers_agree():
