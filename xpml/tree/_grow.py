@@ -417,7 +417,7 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     return _split_trees(table, R, params)
 
 
-def _plan_blocks(lens, m, budget, merge=1 << 15):
+def _plan_blocks(lens, m, budget, merge=1 << 12):
     """Group nodes by padded length L (ascending) into blocks of at most
     ``budget // (L m)`` nodes: a list of (node positions, L).
 
