@@ -9,24 +9,34 @@ We keep ``v = −y ∘ ∇f(α)`` for all ``n`` points. The KKT conditions say
 ``I_low = {y=+1, α>0} ∪ {y=−1, α<C}``; the solver stops when the violation
 ``m − M`` falls below ``tol`` (LIBSVM's criterion, Keerthi et al. 2001).
 
-Each outer step
+Each outer step ("working set")
 
-1. picks a working set ``B`` of ``q`` indices: the ``q/2`` largest ``v`` in
-   ``I_up`` and the ``q/2`` smallest in ``I_low`` (the maximal violators);
-2. fetches ``K[B, :]`` as **one** Gram block through :mod:`xpml.kernels`
-   (rows already in the LRU cache are reused, the missing ones are computed
-   together);
+1. picks a working set ``B`` of at most ``q`` indices: the free variables
+   (``0 < α < C``) of the previous set, up to ``q/2`` of them, topped up with
+   the largest ``v`` in ``I_up`` and the smallest in ``I_low`` (the maximal
+   violators; keeping the free ones stops the zig-zag of a purely greedy set);
+2. makes the rows ``K[B, :]`` resident in a slot buffer with LRU eviction —
+   the missing rows are computed together as Gram blocks through
+   :mod:`xpml.kernels`, and the buffer never exceeds the memory budget (the
+   full ``n × n`` matrix is held only when it fits);
 3. solves the ``q``-variable subproblem with 2-variable SMO steps whose pair is
-   chosen by LIBSVM's second-order rule (Fan, Chen & Lin 2005) on ``Q_BB``;
-   curvature ``a ≤ 0`` (non-PSD kernels) is replaced by ``tau = 1e-12``;
-4. updates the whole gradient with one matrix–vector product
-   ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)``.
+   chosen by the maximal violator and LIBSVM's second-order rule (Fan, Chen &
+   Lin 2005) on ``K_BB``; curvature ``a ≤ τ`` (non-PSD kernels) becomes
+   ``τ = 1e-12``, so the solver always terminates;
+4. updates the whole gradient with one matrix–vector product over the rows
+   whose ``α`` moved: ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)``.
+
+It stops when the violation is below ``tol``, after ``max_iter`` SMO steps, or
+when ``_STALL`` working sets in a row leave the dual objective unchanged (a
+``tol`` below the floating-point floor of the problem). No shrinking
+heuristic is applied: every variable stays in the selection.
 
 Host synchronisation: the outer loop moves ``O(q)`` numbers to the host per
-step (the gap and the ``q`` candidate indices, which the cache bookkeeping
-needs); the portable subproblem solver keeps its state on the device and reads
-one scalar every ``_CHECK_EVERY`` steps. On NumPy a host-scalar subproblem
-solver (same arithmetic) is used instead; a test checks the two agree.
+working set (the candidate indices and scores, for the cache bookkeeping, and
+the dual objective); the portable subproblem solver keeps its state on the
+device and reads one flag every ``_CHECK_EVERY`` steps. On NumPy a
+host-scalar subproblem solver with the same arithmetic, and ``argpartition``
+for the top-``k`` selection, are used instead; a test checks the solvers agree.
 
 References
 ----------
@@ -38,7 +48,6 @@ ThunderSVM (batched working sets).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import time

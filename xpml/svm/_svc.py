@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from numbers import Integral, Real
 
@@ -93,8 +92,8 @@ class SVC(ClassifierMixin, BaseEstimator):
     coef0 : float, default=0.0
         Independent term of the poly and sigmoid kernels.
     shrinking : bool, default=True
-        Accepted for scikit-learn compatibility; the batched solver works on
-        all variables (no shrinking heuristic is applied).
+        Accepted for scikit-learn compatibility and ignored: the batched
+        solver keeps every variable in the selection (no shrinking heuristic).
     probability : bool, default=False
         Fit Platt scaling on 5-fold internal cross-validation, enabling
         ``predict_proba``.
@@ -141,6 +140,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         Final maximal KKT violation of each problem (< tol when converged).
     fit_status_ : int
         0 when every problem converged, 1 otherwise.
+    cache_peak_bytes_ : int
+        Most bytes of kernel rows held at once (buffer + transient blocks);
+        at most ``cache_size`` MB unless even two rows exceed it.
     class_weight_ : float array (n_classes,)
     probA_, probB_ : float arrays (n_pairs,)
         Platt parameters (probability=True), for LIBSVM's decision values.
@@ -420,7 +422,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         W = xp.stack(cols, axis=1)
         return Ks @ W + b[None, :]
 
-    def _votes(self, raw, xp):
+    def _pair_onehots(self, raw, xp):
+        """``(n_pairs, k)`` one-hot matrices of each pair's first and second class."""
         k = int(self.classes_.shape[0])
         pairs = _pairs(k)
         first = np.zeros((len(pairs), k))
@@ -451,7 +454,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         return ctx.out(self._ovr(raw, xp))
 
     def _ovr(self, raw, xp):
-        F, S = self._votes(raw, xp)
+        F, S = self._pair_onehots(raw, xp)
         won = xp.astype(raw >= 0, raw.dtype)
         votes = won @ F + (1.0 - won) @ S
         conf = raw @ F - raw @ S
@@ -468,7 +471,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         elif self.break_ties and self.decision_function_shape == "ovr":
             codes = xp.argmax(self._ovr(raw, xp), axis=1)
         else:
-            F, S = self._votes(raw, xp)
+            F, S = self._pair_onehots(raw, xp)
             won = xp.astype(raw > 0, raw.dtype)
             codes = xp.argmax(won @ F + (1.0 - won) @ S, axis=1)
         return decode_labels(self.classes_, codes, ctx)
