@@ -20,8 +20,8 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
-from xpml.linalg import _single_threaded_blas
 from xpml.kernels import block_rows_for, sq_distances, sq_norms
+from xpml.linalg import _single_threaded_blas
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
