@@ -405,3 +405,14 @@ def test_demo_runs_and_reports(tmp_path, capsys):
     poly = SVC(kernel="poly", degree=2, gamma=1.0, coef0=1.0).fit(X, y)
     assert lin.score(X, y) < 0.7 and poly.score(X, y) > 0.95
     assert poly.n_support_.sum() < 0.3 * len(y)
+
+
+def test_bench_suite_runs(tmp_path):
+    import json
+
+    from xpml.cli import main
+
+    assert main(["bench", "svm", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench-numpy-quick.json").read_text())["results"]
+    assert {r["case"] for r in rows} == {"SVC.fit rbf", "SVC.decision_function rbf"}
+    assert all(r["ratio"] > 0 for r in rows)

@@ -11,7 +11,7 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning
-from xpml.kernels import kernel_matrix, resolve_kernel_params
+from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, smo_solve
 from xpml.utils._param_validation import Interval, Options
@@ -22,6 +22,7 @@ __all__ = ["SVC"]
 _KERNELS = ("linear", "poly", "rbf", "sigmoid", "precomputed")
 _DEFAULT_Q = 1024  # working-set size when not given
 _N_FOLDS = 5  # Platt scaling's internal cross-validation
+_PREDICT_BLOCK_BYTES = 16 * 2**20  # kernel rows per prediction block
 
 
 class _available_if:
@@ -381,14 +382,20 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.cache_peak_bytes_ = int(max(r.peak_bytes for r in results))
 
     # ----------------------------------------------------------- decisions
-    def _kernel_to_sv(self, X, ctx):
-        """``K(X, support vectors)`` in blocks under the memory budget."""
+    def _kernel_blocks_to_sv(self, X, ctx):
+        """Yield ``(start, stop, K(X[start:stop], support vectors))``: row blocks
+        of about ``_PREDICT_BLOCK_BYTES``, so ``n × n_SV`` is never held whole."""
         xp = ctx.xp
+        n = int(X.shape[0])
         if self.kernel == "precomputed":
-            return xp.take(X, ctx.take(self.support_), axis=1)
+            yield 0, n, xp.take(X, ctx.take(self.support_), axis=1)
+            return
         kernel, kparams = self._predict_kernel()
         SV = ctx.take(self.support_vectors_)
-        return kernel_matrix(X, SV, kernel, kparams, xp=xp, memory_budget=self._budget())
+        nsv = max(1, int(SV.shape[0]))
+        rows = max(1, min(n, _PREDICT_BLOCK_BYTES // (8 * nsv)))
+        yield from iter_kernel_blocks(X, SV, kernel, kparams, xp=xp, block_rows=rows,
+                                      symmetric=False)
 
     def _predict_kernel(self):
         if callable(self.kernel):
@@ -401,26 +408,28 @@ class SVC(ClassifierMixin, BaseEstimator):
         """LIBSVM's one-vs-one decision values ``(n, n_pairs)``: positive means
         the first class of the pair."""
         xp = ctx.xp
-        Ks = self._kernel_to_sv(X, ctx)
         dual = ctx.take(self.dual_coef_)
         b = ctx.take(self.intercept_)
         k = int(self.classes_.shape[0])
         if k == 2:
-            return -(Ks @ dual[0, :] + b[0])[:, None]
-        # W[s, p]: coefficient of vector s in problem p (zero when s is in neither class)
-        start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
-        nsv = int(start[-1])
-        dev = getattr(Ks, "device", None)
+            W = -dual[0, :][:, None]
+            b = -b
+        else:
+            # W[s, p]: coefficient of vector s in problem p (0 when in neither class)
+            start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
+            nsv = int(start[-1])
+            dev = getattr(dual, "device", None)
 
-        def zeros(m):
-            return xp.zeros((m,), dtype=Ks.dtype, device=dev)
+            def zeros(m):
+                return xp.zeros((m,), dtype=dual.dtype, device=dev)
 
-        cols = [xp.concat([zeros(start[i]), dual[j - 1, start[i]:start[i + 1]],
-                           zeros(start[j] - start[i + 1]),
-                           dual[i, start[j]:start[j + 1]], zeros(nsv - start[j + 1])])
-                for i, j in _pairs(k)]
-        W = xp.stack(cols, axis=1)
-        return Ks @ W + b[None, :]
+            cols = [xp.concat([zeros(start[i]), dual[j - 1, start[i]:start[i + 1]],
+                               zeros(start[j] - start[i + 1]),
+                               dual[i, start[j]:start[j + 1]], zeros(nsv - start[j + 1])])
+                    for i, j in _pairs(k)]
+            W = xp.stack(cols, axis=1)
+        parts = [Kb @ W + b[None, :] for _, _, Kb in self._kernel_blocks_to_sv(X, ctx)]
+        return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
     def _pair_onehots(self, raw, xp):
         """``(n_pairs, k)`` one-hot matrices of each pair's first and second class."""
