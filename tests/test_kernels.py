@@ -208,3 +208,17 @@ def test_backend_switch_moves_gram():
         assert isinstance(gram(X), torch.Tensor)
     with xpml.backend("torch"):
         assert isinstance(gram(X), np.ndarray)
+
+
+def test_sq_distances_match_scipy_and_fast_path(xp):
+    from scipy.spatial.distance import cdist
+
+    from xpml.kernels import sq_distances
+
+    X, Y = _data(6)
+    A, B = xp.asarray(X), xp.asarray(Y)
+    fast = xp.to_numpy(sq_distances(A, B, xp=xp.xp, fast=True))
+    slow = xp.to_numpy(sq_distances(A, B, xp=xp.xp, fast=False))
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_allclose(fast, cdist(X, Y, "sqeuclidean"), rtol=1e-12, atol=1e-12)
+    assert (xp.to_numpy(sq_distances(A, A, xp=xp.xp)) >= 0).all()

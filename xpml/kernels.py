@@ -49,12 +49,34 @@ def sq_norms(X, /, *, xp):
     return xp.sum(X * X, axis=1)
 
 
-def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None):
-    """Squared Euclidean distances ``‖x‖² + ‖z‖² − 2 x·z`` clamped at 0."""
+def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None, fast=True):
+    """Squared Euclidean distances ``‖x‖² + ‖z‖² − 2 x·z``, clamped at 0.
+
+    Computed as one matrix product of augmented factors
+    ``[x, ‖x‖², 1] · [−2z, 1, ‖z‖²]``, so the ``n × m`` result is written once
+    and then clamped in place (no further passes over it).
+    """
     xn = sq_norms(X, xp=xp) if X_norms is None else X_norms
     yn = sq_norms(Y, xp=xp) if Y_norms is None else Y_norms
-    d2 = xn[:, None] + yn[None, :] - 2.0 * (X @ Y.T)
-    return xp.clip(d2, 0.0, None) if hasattr(xp, "clip") else xp.maximum(d2, 0.0)
+    dev = getattr(X, "device", None)
+    A = xp.concat([X, xn[:, None], xp.ones((X.shape[0], 1), dtype=X.dtype, device=dev)], axis=1)
+    B = xp.concat([-2.0 * Y, xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=dev), yn[:, None]],
+                  axis=1)
+    return _clamp_min0_(A @ B.T, xp=xp, fast=fast)
+
+
+def _clamp_min0_(D, *, xp, fast=True):
+    """``max(D, 0)``, in place on ``D`` (a temporary we own) where the library
+    allows; the portable form allocates."""
+    if fast:
+        import array_api_compat as aac
+
+        if aac.is_numpy_array(D) or aac.is_cupy_array(D):
+            mod = __import__("cupy" if aac.is_cupy_array(D) else "numpy")
+            return mod.maximum(D, 0.0, out=D)
+        if aac.is_torch_array(D):
+            return D.clamp_(min=0.0)
+    return xp.clip(D, 0.0, None)
 
 
 def _l1_distances(X, Y, /, *, xp):
