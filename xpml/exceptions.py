@@ -28,19 +28,28 @@ class SeparableDataWarning(ConvergenceWarning):
 _bridged: dict = {}
 
 
-def not_fitted_error(message):
-    """A :class:`NotFittedError` to raise; when scikit-learn is already imported
-    it also subclasses scikit-learn's ``NotFittedError``, so code that catches
-    either (``check_estimator`` among it) works, without xpml importing
+def _bridge(ours):
+    """``ours``, or, when scikit-learn is already imported, a subclass of both
+    ``ours`` and scikit-learn's class of the same name, so code catching or
+    filtering either (``check_estimator`` among it) sees it. xpml never imports
     scikit-learn itself."""
     import sys
 
     sk = sys.modules.get("sklearn.exceptions")
     if sk is None:
-        return NotFittedError(message)
-    cls = _bridged.get("cls")
+        return ours
+    cls = _bridged.get(ours.__name__)
     if cls is None:
-        cls = type("NotFittedError", (NotFittedError, sk.NotFittedError),
-                   {"__module__": __name__})
-        _bridged["cls"] = cls
-    return cls(message)
+        cls = type(ours.__name__, (ours, getattr(sk, ours.__name__)), {"__module__": __name__})
+        _bridged[ours.__name__] = cls
+    return cls
+
+
+def not_fitted_error(message):
+    """A :class:`NotFittedError` to raise (bridged to scikit-learn's)."""
+    return _bridge(NotFittedError)(message)
+
+
+def data_conversion_warning():
+    """The :class:`DataConversionWarning` class to warn with (bridged to scikit-learn's)."""
+    return _bridge(DataConversionWarning)

@@ -17,7 +17,7 @@ import array_api_compat
 import numpy as np
 
 from xpml._backend import float_dtype, library_name, to_numpy
-from xpml.exceptions import DataConversionWarning, not_fitted_error
+from xpml.exceptions import data_conversion_warning, not_fitted_error
 
 __all__ = [
     "check_array",
@@ -211,7 +211,7 @@ def _warn_column_vector(name):
     warnings.warn(
         f"A column-vector {name} was passed when a 1d array was expected; it is flattened "
         f"to shape (n_samples,). Pass {name}.ravel() (or {name}[:, 0]) to silence this.",
-        DataConversionWarning, stacklevel=4)
+        data_conversion_warning(), stacklevel=4)
 
 
 def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, requested=None,
