@@ -116,8 +116,7 @@ class LinearDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
         "priors": [None, "array-like"],
         "shrinkage": [None, Interval(Real, 0, 1, closed="both")],
     }
-    _xpml_tags = {"sklearn_xfail": {"check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                                "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {}
 
     def __init__(self, *, priors=None, shrinkage=None):
         self.priors = priors
@@ -239,8 +238,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
         "priors": [None, "array-like"],
         "reg_param": [Interval(Real, 0, 1, closed="both")],
     }
-    _xpml_tags = {"sklearn_xfail": {"check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                                "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {}
 
     def __init__(self, *, priors=None, reg_param=0.0):
         self.priors = priors

@@ -79,8 +79,7 @@ def _posterior_log(jll, log_prior, /, *, xp):
 class _BaseNB(ClassifierMixin, BaseEstimator):
     """Shared predict / predict_proba from a joint log-likelihood."""
 
-    _xpml_tags = {"sklearn_xfail": {"check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                                "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {}
 
     def _joint_log_likelihood(self, X, ctx):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -165,9 +164,7 @@ class MultinomialNB(_DiscreteNB):
     [[1.0, 0.0], [0.5, 0.5]]
     """
 
-    _xpml_tags = {"data": "counts", "poor_score": True, "positive_only": True,
-                  "sklearn_xfail": {"check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                                "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {"data": "counts", "poor_score": True, "positive_only": True}
 
     def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None):
         self.alpha = alpha
@@ -231,9 +228,7 @@ class BernoulliNB(_DiscreteNB):
 
     _parameter_constraints = {**_DiscreteNB._parameter_constraints,
                               "binarize": [None, Real]}
-    _xpml_tags = {"poor_score": True,
-                  "sklearn_xfail": {"check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                                "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {"poor_score": True}
 
     def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None):
         self.alpha = alpha

@@ -201,10 +201,7 @@ class PassiveAggressive(_OnlineBinary):
         "mode": [Options(*PA_STEPS)],
         "n_epochs": [Interval(Integral, 1, None)],
     }
-    _xpml_tags = {"data": "binary", "multi_class": False, "test_params": {"n_epochs": 3},
-                  "sklearn_xfail": {
-                      "check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                               "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {"data": "binary", "multi_class": False, "test_params": {"n_epochs": 3}}
 
     def __init__(self, *, mode="pa1", C=1.0, fit_intercept=True, n_epochs=1):
         self.mode = mode
@@ -302,10 +299,7 @@ class AROW(_OnlineBinary):
         "n_epochs": [Interval(Integral, 1, None)],
         "r": [Interval(Real, 0, None, closed="neither")],
     }
-    _xpml_tags = {"data": "binary", "multi_class": False,
-                  "sklearn_xfail": {
-                      "check_supervised_y_2d": "xpml's shared label encoding ravels a "
-                                               "column-vector y without a DataConversionWarning"}}
+    _xpml_tags = {"data": "binary", "multi_class": False}
 
     def __init__(self, *, r=1.0, covariance="full", eig_floor=1e-9, fit_intercept=True,
                  n_epochs=1):

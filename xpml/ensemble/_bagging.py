@@ -10,7 +10,6 @@ from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from xpml.ensemble._base import parallel_map, progress_bar, stacked_leaves
 from xpml.tree._classes import (
-    _Y2D_XFAIL,
     DecisionTreeClassifier,
     DecisionTreeRegressor,
     _BaseDecisionTree,
@@ -276,7 +275,6 @@ class BaggingClassifier(_BaggingClassifierMixin, _BaseBagging):
                         Interval(float, 0.0, 1.0, closed="right"), None],
     }
     _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
-        "check_supervised_y_2d": _Y2D_XFAIL,
         "check_sample_weight_equivalence_on_dense_data":
             "bootstrap draws index the rows, so repeated rows are drawn differently from "
             "integer weights",
@@ -326,7 +324,6 @@ class BaggingRegressor(_BaggingRegressorMixin, _BaseBagging):
 
     _parameter_constraints = BaggingClassifier._parameter_constraints
     _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
-        "check_supervised_y_2d": _Y2D_XFAIL,
         "check_sample_weight_equivalence_on_dense_data":
             "bootstrap draws index the rows, so repeated rows are drawn differently from "
             "integer weights",

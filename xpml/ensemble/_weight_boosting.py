@@ -9,7 +9,7 @@ import numpy as np
 
 from xpml.base import BaseEstimator, ClassifierMixin, clone
 from xpml.ensemble._base import progress_bar
-from xpml.tree._classes import _Y2D_XFAIL, DecisionTreeClassifier, _BaseDecisionTree
+from xpml.tree._classes import DecisionTreeClassifier, _BaseDecisionTree
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -108,7 +108,6 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         "progress": ["boolean"],
     }
     _xpml_tags = {"test_params": {"n_estimators": 10}, "sklearn_xfail": {
-        "check_supervised_y_2d": _Y2D_XFAIL,
         "check_sample_weight_equivalence_on_dense_data":
             "boosting weights are real numbers: weighted and repeated rows sum them in "
             "different orders, which can break exact ties between stumps differently",

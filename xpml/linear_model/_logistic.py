@@ -196,10 +196,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "solver": [Options(*SOLVERS)],
         "tol": [Interval(Real, 0, None, closed="left")],
     }
-    _xpml_tags = {"parity_rtol": 1e-7, "sklearn_xfail": {
-        "check_supervised_y_2d": "xpml's shared label encoding ravels a column-vector y "
-                                 "without a DataConversionWarning",
-    }}
+    _xpml_tags = {"parity_rtol": 1e-7}
 
     def __init__(self, penalty="l2", *, C=1.0, solver="newton", fit_intercept=True,
                  max_iter=100, tol=1e-6, learning_rate=None, batch_size=32,

@@ -80,8 +80,6 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         "shuffle": ["boolean"],
     }
     _xpml_tags = {"test_params": {"random_state": 0}, "sklearn_xfail": {
-        "check_supervised_y_2d": "xpml's shared label encoding ravels a column-vector y "
-                                 "without a DataConversionWarning",
         "check_sample_weight_equivalence_on_dense_data": "online and order dependent: a "
             "weight of 2 doubles one step, repeating a row takes two steps at different times",
     }}

@@ -239,10 +239,7 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
         **_KNeighborsBase._parameter_constraints,
         "weights": [Options(*WEIGHTS), callable],
     }
-    _xpml_tags = {"sklearn_xfail": {
-        "check_supervised_y_2d": "xpml's label encoding ravels a column-vector y without "
-                                 "a DataConversionWarning",
-    }}
+    _xpml_tags = {}
 
     def __init__(self, *, n_neighbors=5, weights="uniform", algorithm="auto", leaf_size=64,
                  max_leaves=16, memory_budget=None):

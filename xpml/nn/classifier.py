@@ -104,10 +104,6 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
     _xpml_tags = {
         "test_params": {"hidden_layer_sizes": (16,), "learning_rate": 0.02, "epochs": 25,
                         "batch_size": 16, "random_state": 0},
-        "sklearn_xfail": {
-            "check_supervised_y_2d": "a column-vector y is raveled silently by xpml's shared "
-                                     "label encoding (no DataConversionWarning)",
-        },
     }
 
     def __init__(self, layers=None, *, hidden_layer_sizes=(64,), input_shape=None,

@@ -23,10 +23,6 @@ from xpml.utils.validation import (
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
 
-_Y2D_XFAIL = ("xpml warns with its own DataConversionWarning (a UserWarning, shown once per "
-               "code location), not scikit-learn's class that the check records, so inside "
-               "check_estimator a repeat goes unseen")
-
 _TREE_ARRAYS = ("feature", "threshold", "children_left", "children_right", "value", "impurity",
                 "n_node_samples", "weighted_n_node_samples")
 
@@ -364,9 +360,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         "purity_threshold": [Interval(Real, 0, 1, closed="right")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {"sklearn_xfail": {
-        "check_supervised_y_2d": _Y2D_XFAIL,
-    }}
+    _xpml_tags = {}
 
     def __init__(self, *, criterion="gini", max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, purity_threshold=1.0,
@@ -448,9 +442,7 @@ max_features, random_state
         "criterion": [Options("squared_error", "variance")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {"sklearn_xfail": {
-        "check_supervised_y_2d": _Y2D_XFAIL,
-    }}
+    _xpml_tags = {}
 
     def __init__(self, *, criterion="squared_error", max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, max_features=None,
