@@ -33,10 +33,15 @@ heuristic is applied: every variable stays in the selection.
 
 Host synchronisation: the outer loop moves ``O(q)`` numbers to the host per
 working set (the candidate indices and scores, for the cache bookkeeping, and
-the dual objective); the portable subproblem solver keeps its state on the
-device and reads one flag every ``_CHECK_EVERY`` steps. On NumPy a
-host-scalar subproblem solver with the same arithmetic, and ``argpartition``
-for the top-``k`` selection, are used instead; a test checks the solvers agree.
+the dual objective). The ``q``-variable subproblem is inherently sequential
+(thousands of tiny steps), so where small-array operations are expensive it
+runs on the host: on NumPy directly, and on torch and CuPy the ``q × q``
+block and four ``q``-vectors are copied to the host once per working set
+(``O(q²)`` numbers) and ``α_B``, ``v_B`` copied back. The portable
+array-API solver (state on the device, one flag read every ``_CHECK_EVERY``
+steps) serves every other namespace, array-api-strict among them; a test
+checks it agrees with the host solver step for step. NumPy also uses
+``argpartition`` for the top-``k`` selection.
 
 References
 ----------
@@ -67,6 +72,13 @@ _CHECK_EVERY = 8  # portable subproblem solver: host check every this many steps
 
 def _is_numpy(xp):
     return "numpy" in xp.__name__ and "strict" not in xp.__name__
+
+
+def _host_subproblem(xp):
+    """Libraries whose small-array operations cost more than moving a ``q × q``
+    block to the host (torch, cupy); array-api-strict keeps the portable path."""
+    name = xp.__name__
+    return "torch" in name or "cupy" in name
 
 
 # ---------------------------------------------------------------- kernel rows
@@ -254,10 +266,17 @@ def solve_subproblem(Kbb, y, alpha, C, v, *, xp, tol, max_steps, force_portable=
     steps : int
         SMO steps taken.
     """
-    if _is_numpy(xp) and not force_portable:
-        return _subproblem_host(np.asarray(Kbb), np.asarray(y), np.asarray(alpha),
-                                np.asarray(C), np.asarray(v), tol, max_steps)
-    return _subproblem_portable(Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps)
+    if force_portable or not (_is_numpy(xp) or _host_subproblem(xp)):
+        return _subproblem_portable(Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps)
+    if _is_numpy(xp):
+        return _subproblem_host(Kbb, y, alpha, C, v, tol, max_steps)
+    # torch / cupy: the q×q block and four q-vectors go to the host once per
+    # working set, and α_B, v_B come back; a GPU would otherwise launch ~40
+    # kernels per 2-variable step
+    dev = _device(Kbb)
+    a, vv, steps = _subproblem_host(*(to_numpy(z) for z in (Kbb, y, alpha, C, v)), tol,
+                                    max_steps)
+    return xp.asarray(a, device=dev), xp.asarray(vv, device=dev), steps
 
 
 def _subproblem_host(K, y, a, C, v, tol, max_steps):
