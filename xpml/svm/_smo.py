@@ -521,7 +521,10 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
             max_steps=max(1, int(steps_left)))
         n_iter += steps
         n_outer += 1
-        if steps == 0:  # the subproblem cannot move: numerical floor reached
+        if steps == 0:
+            # the maximal violating pair is in B, so no step means α can no longer
+            # change in floating point: accept within 10·tol, otherwise report
+            # non-convergence (SVC then warns)
             converged = gap < 10 * tol
             break
         d = yB * (aB_new - aB)
