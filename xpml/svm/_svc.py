@@ -143,7 +143,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         0 when every problem converged, 1 otherwise.
     cache_peak_bytes_ : int
         Most bytes of kernel rows held at once (buffer + transient blocks);
-        at most ``cache_size`` MB unless even two rows exceed it.
+        at most ``cache_size`` MB unless that holds fewer than ten kernel rows
+        (the solver needs a working set of two rows and its transients).
     class_weight_ : float array (n_classes,)
     probA_, probB_ : float arrays (n_pairs,)
         Platt parameters (probability=True), for LIBSVM's decision values.
