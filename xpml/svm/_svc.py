@@ -203,8 +203,6 @@ class SVC(ClassifierMixin, BaseEstimator):
             "check_sample_weight_equivalence_on_dense_data": (
                 "gamma='scale' reads X.var(), which repeating rows changes; scikit-learn "
                 "marks this check as an expected failure for its SVC too"),
-            "check_supervised_y_2d": ("xpml's shared label encoding ravels a column-vector "
-                                      "y without a DataConversionWarning"),
         },
     }
 
