@@ -78,12 +78,8 @@ def _f64(xp, device):
     return _has_float64(xp, device)
 
 
-def mean_squared_error(y_true, y_pred, *, sample_weight=None):
-    """Mean of squared errors, averaged over outputs too for 2-D targets.
-
-    >>> mean_squared_error([1.0, 2.0], [1.0, 4.0])
-    2.0
-    """
+def _real_targets(y_true, y_pred, sample_weight):
+    """Targets and predictions as float arrays of one namespace, same shape."""
     check_consistent_length(y_true, y_pred, names=("y_true", "y_pred"))
     ctx, (t, p, w) = enter(y_true, y_pred, sample_weight,
                            names=("y_true", "y_pred", "sample_weight"))
@@ -92,26 +88,30 @@ def mean_squared_error(y_true, y_pred, *, sample_weight=None):
     t, p = xp.astype(t, dtype), xp.astype(p, dtype)
     if t.shape != p.shape:
         raise ValueError(f"y_true has shape {tuple(t.shape)} but y_pred has {tuple(p.shape)}")
+    return xp, t, p, _weights(w, t.shape[0], xp, dtype, ctx.device)
+
+
+def mean_squared_error(y_true, y_pred, *, sample_weight=None):
+    """Mean of squared errors, averaged over outputs too for 2-D targets.
+
+    >>> mean_squared_error([1.0, 2.0], [1.0, 4.0])
+    2.0
+    """
+    xp, t, p, w = _real_targets(y_true, y_pred, sample_weight)
     err = (t - p) ** 2
     if len(err.shape) == 2:
         err = xp.mean(err, axis=1)
-    return float(_mean(err, _weights(w, err.shape[0], xp, dtype, ctx.device), xp))
+    return float(_mean(err, w, xp))
 
 
 def r2_score(y_true, y_pred, *, sample_weight=None):
     """Coefficient of determination ``1 − SS_res / SS_tot`` (uniform average
     over outputs)."""
-    check_consistent_length(y_true, y_pred, names=("y_true", "y_pred"))
-    ctx, (t, p, w) = enter(y_true, y_pred, sample_weight,
-                           names=("y_true", "y_pred", "sample_weight"))
-    xp = ctx.xp
-    dtype = xp.float64 if _f64(xp, ctx.device) else xp.float32
-    t, p = xp.astype(t, dtype), xp.astype(p, dtype)
+    xp, t, p, w = _real_targets(y_true, y_pred, sample_weight)
     if len(t.shape) == 1:
         t, p = t[:, None], p[:, None]
     n = t.shape[0]
-    w = _weights(w, n, xp, dtype, ctx.device)
-    w = xp.ones((n,), dtype=dtype, device=ctx.device) if w is None else w
+    w = xp.ones((n,), dtype=t.dtype, device=getattr(t, "device", None)) if w is None else w
     mean = xp.sum(w[:, None] * t, axis=0) / xp.sum(w)
     ss_res = xp.sum(w[:, None] * (t - p) ** 2, axis=0)
     ss_tot = xp.sum(w[:, None] * (t - mean) ** 2, axis=0)

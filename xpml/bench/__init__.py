@@ -16,7 +16,6 @@ import dataclasses
 import importlib
 import json
 import os
-import pkgutil
 import platform
 import statistics
 import time
@@ -215,11 +214,8 @@ class Bench:
 
 def discover():
     """``{suite name: module}`` for every benchmark module in this package."""
-    suites = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "SUITE") and hasattr(mod, "run"):
-            suites[mod.SUITE] = mod
-    return dict(sorted(suites.items()))
+    import sys
+
+    from xpml.utils.discovery import plugin_modules
+
+    return plugin_modules(sys.modules[__name__], "SUITE", "run")

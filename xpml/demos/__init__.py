@@ -7,21 +7,17 @@ installed, save a PNG (``--out DIR``, default ``xpml-demo-output``).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 
 __all__ = ["discover", "plt_or_none", "out_dir"]
 
 
 def discover():
-    demos = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "NAME") and hasattr(mod, "main"):
-            demos[mod.NAME] = mod
-    return dict(sorted(demos.items()))
+    """``{demo name: module}`` for every demo module in this package."""
+    import sys
+
+    from xpml.utils.discovery import plugin_modules
+
+    return plugin_modules(sys.modules[__name__], "NAME", "main")
 
 
 def plt_or_none():

@@ -234,7 +234,34 @@ _BAGGING_DOC_PARAMS = """
 """
 
 
-class BaggingClassifier(_BaggingClassifierMixin, _BaseBagging):
+class _Bagging(_BaseBagging):
+    """Parameters shared by :class:`BaggingClassifier` and :class:`BaggingRegressor`."""
+
+    _parameter_constraints = {
+        **_BaseBagging._base_constraints,
+        "estimator": [None, BaseEstimator],
+        "max_samples": [Interval(Integral, 1, None, closed="left"),
+                        Interval(float, 0.0, 1.0, closed="right"), None],
+    }
+    _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
+        "check_sample_weight_equivalence_on_dense_data":
+            "bootstrap draws index the rows, so repeated rows are drawn differently from "
+            "integer weights",
+    }}
+
+    def __init__(self, estimator=None, *, n_estimators=10, max_samples=1.0, bootstrap=True,
+                 oob_score=False, n_jobs=None, random_state=None, progress=False):
+        self.estimator = estimator
+        self.n_estimators = n_estimators
+        self.max_samples = max_samples
+        self.bootstrap = bootstrap
+        self.oob_score = oob_score
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.progress = progress
+
+
+class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
     __doc__ = """Bootstrap aggregation of classifiers (default: full decision trees).
 
     Each member is fitted on the whole training set with the bootstrap counts
@@ -268,34 +295,11 @@ class BaggingClassifier(_BaggingClassifierMixin, _BaseBagging):
     (True, [1])
     """
 
-    _parameter_constraints = {
-        **_BaseBagging._base_constraints,
-        "estimator": [None, BaseEstimator],
-        "max_samples": [Interval(Integral, 1, None, closed="left"),
-                        Interval(float, 0.0, 1.0, closed="right"), None],
-    }
-    _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
-        "check_sample_weight_equivalence_on_dense_data":
-            "bootstrap draws index the rows, so repeated rows are drawn differently from "
-            "integer weights",
-    }}
-
-    def __init__(self, estimator=None, *, n_estimators=10, max_samples=1.0, bootstrap=True,
-                 oob_score=False, n_jobs=None, random_state=None, progress=False):
-        self.estimator = estimator
-        self.n_estimators = n_estimators
-        self.max_samples = max_samples
-        self.bootstrap = bootstrap
-        self.oob_score = oob_score
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.progress = progress
-
     def _template(self):
         return DecisionTreeClassifier() if self.estimator is None else self.estimator
 
 
-class BaggingRegressor(_BaggingRegressorMixin, _BaseBagging):
+class BaggingRegressor(_BaggingRegressorMixin, _Bagging):
     __doc__ = """Bootstrap aggregation of regressors (default: full regression trees).
 
     Parameters
@@ -321,24 +325,6 @@ class BaggingRegressor(_BaggingRegressorMixin, _BaseBagging):
     >>> bool(abs(reg.predict(np.array([[1.0]]))[0] - np.sin(1.0)) < 0.1)
     True
     """
-
-    _parameter_constraints = BaggingClassifier._parameter_constraints
-    _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
-        "check_sample_weight_equivalence_on_dense_data":
-            "bootstrap draws index the rows, so repeated rows are drawn differently from "
-            "integer weights",
-    }}
-
-    def __init__(self, estimator=None, *, n_estimators=10, max_samples=1.0, bootstrap=True,
-                 oob_score=False, n_jobs=None, random_state=None, progress=False):
-        self.estimator = estimator
-        self.n_estimators = n_estimators
-        self.max_samples = max_samples
-        self.bootstrap = bootstrap
-        self.oob_score = oob_score
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.progress = progress
 
     def _template(self):
         return DecisionTreeRegressor() if self.estimator is None else self.estimator

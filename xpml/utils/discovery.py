@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-__all__ = ["all_estimators", "import_errors"]
+__all__ = ["all_estimators", "import_errors", "plugin_modules"]
 
 #: modules that failed to import during the last :func:`all_estimators` call
 import_errors: dict = {}
@@ -45,3 +45,17 @@ def all_estimators(type_filter=None):
             continue
         seen[cls.__name__] = cls
     return sorted(seen.items())
+
+
+def plugin_modules(package, key, entry):
+    """``{module.<key>: module}`` for the public modules of ``package`` (a
+    package module) that define both ``key`` and ``entry``; used to find the
+    benchmark suites and the demos."""
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{package.__name__}.{info.name}")
+        if hasattr(mod, key) and hasattr(mod, entry):
+            found[getattr(mod, key)] = mod
+    return dict(sorted(found.items()))
