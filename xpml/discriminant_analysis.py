@@ -18,7 +18,7 @@ from array_api_compat import device as _device
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.linear_model._base import logsumexp, psd_lstsq, sigmoid
+from xpml.linear_model._base import LinearClassifierMixin, logsumexp, psd_lstsq, sigmoid
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import decode_labels
 
@@ -60,7 +60,7 @@ def _softmax_proba(Z, /, *, xp):
     return xp.exp(Z - logsumexp(Z, xp=xp, axis=1))
 
 
-class LinearDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
+class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     """Linear discriminant analysis = Gaussian discriminant analysis with one
     shared covariance, fitted in closed form by maximum likelihood.
 
@@ -154,12 +154,6 @@ class LinearDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             self.coef_ = coef
             self.intercept_ = intercept
         return self._fitted(ctx)
-
-    def decision_function(self, X):
-        """Log-odds (n,) for two classes; class scores δ_k (n, K) otherwise."""
-        ctx, X = self._validate_predict_data(X)
-        Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
 
     def _proba(self, X, ctx):
         xp = ctx.xp

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from array_api_compat import device as _device
 
-__all__ = ["center_data", "pinv_solve", "spd_solve", "psd_lstsq", "block_rows", "sigmoid", "log_sigmoid",
+__all__ = ["LinearClassifierMixin", "center_data", "pinv_solve", "spd_solve", "psd_lstsq", "block_rows", "sigmoid", "log_sigmoid",
            "logsumexp", "softmax"]
 
 
@@ -126,3 +126,18 @@ def softmax(a, /, *, xp, axis=-1):
     m = xp.max(a, axis=axis, keepdims=True)
     e = xp.exp(a - m)
     return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+class LinearClassifierMixin:
+    """``decision_function`` of a linear classifier with ``coef_`` (K', d) and
+    ``intercept_`` (K',): one score column per class, or one log-odds column
+    (returned 1-D) for two classes."""
+
+    def _decision(self, X, ctx):
+        return X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
+
+    def decision_function(self, X):
+        """Scores: (n,) for two classes, (n, K) otherwise."""
+        ctx, X = self._validate_predict_data(X)
+        Z = self._decision(X, ctx)
+        return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)

@@ -19,8 +19,8 @@ import warnings
 
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
-from xpml.linear_model._base import (block_rows, log_sigmoid, logsumexp, psd_lstsq, sigmoid, softmax,
-                                      spd_solve)
+from xpml.linear_model._base import (LinearClassifierMixin, block_rows, log_sigmoid, logsumexp,
+                                      psd_lstsq, sigmoid, softmax, spd_solve)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -121,7 +121,7 @@ def _separated(Z, codes, sw, /, *, xp, binary):
     return bool(xp.all(ok | (sw <= 0)))
 
 
-class LogisticRegression(ClassifierMixin, BaseEstimator):
+class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     """Logistic regression (binary) and softmax regression (multinomial).
 
     Parameters
@@ -382,15 +382,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return W, b, epoch, converged
 
     # -------------------------------------------------------------- predict
-    def _decision(self, X, ctx):
-        return X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-
-    def decision_function(self, X):
-        """Scores: (n,) log-odds of ``classes_[1]`` for two classes, (n, K) otherwise."""
-        ctx, X = self._validate_predict_data(X)
-        Z = self._decision(X, ctx)
-        return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
-
     def predict_proba(self, X):
         """Class probabilities (n, K), columns in ``classes_`` order."""
         ctx, X = self._validate_predict_data(X)

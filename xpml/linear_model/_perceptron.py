@@ -7,6 +7,7 @@ from numbers import Integral, Real
 from array_api_compat import device as _device
 
 from xpml.base import BaseEstimator, ClassifierMixin
+from xpml.linear_model._base import LinearClassifierMixin
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -33,7 +34,7 @@ def _perceptron_pass(X, S, sw, W, b, order, /, *, xp, eta, fit_intercept):
     return W, b, mistakes
 
 
-class Perceptron(ClassifierMixin, BaseEstimator):
+class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     """The perceptron: ``w += η y x`` on every mistake (``y w·x ≤ 0``).
 
     Two classes use one weight vector with labels mapped to ``{−1, +1}``;
@@ -121,12 +122,6 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         self.n_iter_ = it
         self.n_mistakes_ = mistakes
         return self._fitted(ctx)
-
-    def decision_function(self, X):
-        """Scores: (n,) for two classes, (n, K) otherwise."""
-        ctx, X = self._validate_predict_data(X)
-        Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
 
     def predict(self, X):
         """Class labels (n,)."""

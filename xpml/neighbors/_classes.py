@@ -203,7 +203,25 @@ class NearestNeighbors(_KNeighborsBase):
         return self._fitted(ctx)
 
 
-class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
+class _WeightedKNeighbors(_KNeighborsBase):
+    """Parameters shared by the k-NN classifier and regressor."""
+
+    _parameter_constraints = {
+        **_KNeighborsBase._parameter_constraints,
+        "weights": [Options(*WEIGHTS), callable],
+    }
+
+    def __init__(self, *, n_neighbors=5, weights="uniform", algorithm="auto", leaf_size=64,
+                 max_leaves=16, memory_budget=None):
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.algorithm = algorithm
+        self.leaf_size = leaf_size
+        self.max_leaves = max_leaves
+        self.memory_budget = memory_budget
+
+
+class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     """k-nearest-neighbour vote.
 
     Parameters
@@ -235,20 +253,6 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
     [0, 1]
     """
 
-    _parameter_constraints = {
-        **_KNeighborsBase._parameter_constraints,
-        "weights": [Options(*WEIGHTS), callable],
-    }
-    _xpml_tags = {}
-
-    def __init__(self, *, n_neighbors=5, weights="uniform", algorithm="auto", leaf_size=64,
-                 max_leaves=16, memory_budget=None):
-        self.n_neighbors = n_neighbors
-        self.weights = weights
-        self.algorithm = algorithm
-        self.leaf_size = leaf_size
-        self.max_leaves = max_leaves
-        self.memory_budget = memory_budget
 
     def fit(self, X, y):
         """Store the training points and their class codes."""
@@ -279,7 +283,7 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
         return decode_labels(self.classes_, ctx.xp.argmax(votes, axis=1), ctx)
 
 
-class KNeighborsRegressor(RegressorMixin, _KNeighborsBase):
+class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
     """k-nearest-neighbour (weighted) mean of the targets.
 
     Parameters
@@ -307,20 +311,7 @@ class KNeighborsRegressor(RegressorMixin, _KNeighborsBase):
     [0.5]
     """
 
-    _parameter_constraints = {
-        **_KNeighborsBase._parameter_constraints,
-        "weights": [Options(*WEIGHTS), callable],
-    }
     _xpml_tags = {"multi_output": True}
-
-    def __init__(self, *, n_neighbors=5, weights="uniform", algorithm="auto", leaf_size=64,
-                 max_leaves=16, memory_budget=None):
-        self.n_neighbors = n_neighbors
-        self.weights = weights
-        self.algorithm = algorithm
-        self.leaf_size = leaf_size
-        self.max_leaves = max_leaves
-        self.memory_budget = memory_budget
 
     def fit(self, X, y):
         """Store the training points and targets."""
