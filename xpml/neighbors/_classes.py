@@ -253,7 +253,6 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     [0, 1]
     """
 
-
     def fit(self, X, y):
         """Store the training points and their class codes."""
         ctx, X, y, _ = self._validate_fit_data(X, y, target="classes")
