@@ -236,8 +236,6 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             "check_sample_weight_equivalence_on_dense_data":
                 "an iterative solver stopped at tol: weights equal repetitions only up to "
                 "the tolerance (tests/test_linear_svc.py checks it at a tight tol)",
-            "check_supervised_y_2d": "xpml's shared label encoding ravels a column-vector y "
-                                     "without a DataConversionWarning",
         },
     }
 
