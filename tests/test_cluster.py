@@ -82,9 +82,9 @@ def test_restarts_reach_sklearn_inertia_on_digits(digits, init):
 def test_tie_keeps_previous_cluster():
     X = np.array([[0.0], [0.0]])
     C = np.array([[-1.0], [1.0]])  # both points are equally far from both centres
-    labels, _ = _assign(X, C, None, xp=np)
+    labels = _assign(X, C, None, xp=np)
     assert labels.tolist() == [0, 0]  # first assignment: smallest index
-    labels, _ = _assign(X, C, np.array([1, 0]), xp=np)
+    labels = _assign(X, C, np.array([1, 0]), xp=np)
     assert labels.tolist() == [1, 0]  # later: keep the previous cluster
     assert KMeans(2, init=C).fit(np.array([[0.0], [0.0], [-2.0], [2.0]])).predict(X).tolist() \
         == [0, 0]

@@ -41,30 +41,39 @@ def _block_rows(X, k, xp, memory_budget):
                           memory_budget=memory_budget)
 
 
-def _nearest(Xb, C, C_norms, prev, /, *, xp, X_norms=None):
-    """Nearest centre of each row of a block (``prev`` kept on ties) and its
-    squared distance."""
-    D = sq_distances(Xb, C, xp=xp, X_norms=X_norms, Y_norms=C_norms)
-    lab = xp.argmin(D, axis=1)
-    dmin = xp.min(D, axis=1)
+def _with_ones(X, /, *, xp):
+    """``[x, 1]``: the left factor of :func:`_scores`, built once per fit."""
+    one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=array_api_compat.device(X))
+    return xp.concat([X, one], axis=1)
+
+
+def _centre_factor(C, /, *, xp):
+    """``[−2c, ‖c‖²]``: with ``A = [x, 1]``, ``A @ Bᵀ = ‖x − c‖² − ‖x‖²`` — one
+    matrix product orders the centres of every row as the distances do."""
+    return xp.concat([-2.0 * C, sq_norms(C, xp=xp)[:, None]], axis=1)
+
+
+def _nearest(Ab, B, prev, /, *, xp):
+    """Nearest centre of each row of a block of ``A = [x, 1]`` (``prev`` kept on
+    ties)."""
+    S = Ab @ B.T
+    lab = xp.argmin(S, axis=1)
     if prev is not None:
-        dprev = xp.take_along_axis(D, prev[:, None], axis=1)[:, 0]
-        lab = xp.where(dprev <= dmin, prev, lab)
-    return lab, dmin
+        sprev = xp.take_along_axis(S, prev[:, None], axis=1)[:, 0]
+        smin = xp.take_along_axis(S, lab[:, None], axis=1)[:, 0]
+        lab = xp.where(sprev <= smin, prev, lab)
+    return lab
 
 
 def _assign(X, C, previous, /, *, xp, memory_budget=None):
-    """Nearest centre of each row (keeping ``previous`` on ties) and its squared
-    distance, computed in row blocks."""
+    """Nearest centre of each row (keeping ``previous`` on ties), in row blocks."""
     n = X.shape[0]
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
-    C_norms = sq_norms(C, xp=xp)
-    out = [_nearest(X[r0:min(r0 + rows, n), :], C, C_norms,
+    A, B = _with_ones(X, xp=xp), _centre_factor(C, xp=xp)
+    out = [_nearest(A[r0:min(r0 + rows, n), :], B,
                     None if previous is None else previous[r0:min(r0 + rows, n)], xp=xp)
            for r0 in range(0, n, rows)]
-    if len(out) == 1:
-        return out[0]
-    return xp.concat([o[0] for o in out]), xp.concat([o[1] for o in out])
+    return out[0] if len(out) == 1 else xp.concat(out)
 
 
 def _onehot(labels, k, /, *, xp, dtype):
@@ -72,20 +81,19 @@ def _onehot(labels, k, /, *, xp, dtype):
     return xp.astype(labels[:, None] == ks[None, :], dtype)
 
 
-def _lloyd_step(X, Xw, w, X_norms, C, previous, rows, /, *, xp):
-    """One Lloyd iteration fused over row blocks: assign each block to the old
-    centres, and accumulate the weighted sums ``Mᵀ(wX)`` and weights ``Mᵀw`` of
-    the new ones (``M`` the block's one-hot assignment)."""
-    n = X.shape[0]
+def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
+    """One Lloyd iteration fused over row blocks: assign each block of
+    ``A = [x, 1]`` to the old centres, and accumulate the weighted sums
+    ``Mᵀ(wX)`` and weights ``Mᵀw`` of the new ones (``M`` the block's one-hot
+    assignment)."""
+    n = A.shape[0]
     k = C.shape[0]
-    C_norms = sq_norms(C, xp=xp)
+    B = _centre_factor(C, xp=xp)
     labels, sums, wsum = [], None, None
     for r0 in range(0, n, rows):
         r1 = min(r0 + rows, n)
-        lab, _ = _nearest(X[r0:r1, :], C, C_norms,
-                          None if previous is None else previous[r0:r1], xp=xp,
-                          X_norms=X_norms[r0:r1])
-        M = _onehot(lab, k, xp=xp, dtype=X.dtype).T
+        lab = _nearest(A[r0:r1, :], B, None if previous is None else previous[r0:r1], xp=xp)
+        M = _onehot(lab, k, xp=xp, dtype=A.dtype).T
         s, ws = M @ Xw[r0:r1, :], M @ w[r0:r1]
         sums, wsum = (s, ws) if sums is None else (sums + s, wsum + ws)
         labels.append(lab)
@@ -129,12 +137,12 @@ def _lloyd(X, w, C, max_iter, tol, /, *, xp, memory_budget=None):
     (labels unchanged, or squared centre shift <= tol)."""
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
     Xw = X * w[:, None]
-    X_norms = sq_norms(X, xp=xp)
+    A = _with_ones(X, xp=xp)
     labels_old = None
     strict = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        labels, sums, wsum = _lloyd_step(X, Xw, w, X_norms, C, labels_old, rows, xp=xp)
+        labels, sums, wsum = _lloyd_step(A, Xw, w, C, labels_old, rows, xp=xp)
         C_new = _new_centres(X, labels, w, C, sums, wsum, xp=xp)
         shift = float(xp.sum((C_new - C) ** 2))
         C = C_new
@@ -145,7 +153,7 @@ def _lloyd(X, w, C, max_iter, tol, /, *, xp, memory_budget=None):
             break
         labels_old = labels
     if not strict:  # labels that match the final centres
-        labels, _ = _assign(X, C, labels, xp=xp, memory_budget=memory_budget)
+        labels = _assign(X, C, labels, xp=xp, memory_budget=memory_budget)
     return C, labels, float(_inertia(X, C, labels, w, xp=xp)), n_iter
 
 
@@ -336,7 +344,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Index of the nearest centre (the smallest index on a tie)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
-        labels, _ = _assign(X, ctx.take(self.cluster_centers_), None, xp=xp,
+        labels = _assign(X, ctx.take(self.cluster_centers_), None, xp=xp,
                             memory_budget=self.memory_budget)
         return ctx.out(xp.astype(labels, xp.int64))
 
@@ -351,7 +359,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         C = ctx.take(self.cluster_centers_)
-        labels, _ = _assign(X, C, None, xp=xp, memory_budget=self.memory_budget)
+        labels = _assign(X, C, None, xp=xp, memory_budget=self.memory_budget)
         w = (xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device) if sample_weight is None
              else xp.asarray(to_numpy(sample_weight), dtype=X.dtype, device=ctx.device))
         return -float(_inertia(X, C, labels, w, xp=xp))
