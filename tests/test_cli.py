@@ -36,3 +36,13 @@ def test_bench_unknown_suite(capsys):
 
 def test_demo_lists(capsys):
     assert main(["demo"]) == 0
+
+
+def test_bench_skips_a_suite_whose_reference_is_missing(monkeypatch, capsys, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["bench", "nn", "--quick", "--out", str(tmp_path)]) == 0
+    assert "nn skipped: needs torch" in capsys.readouterr().out

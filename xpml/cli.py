@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import warnings
 
@@ -82,6 +83,12 @@ def _bench(args):
           f"(median after a warm-up; ratio = xpml / reference)")
     failures = 0
     for name in chosen:
+        missing = [m for m in getattr(suites[name], "REQUIRES", ())
+                   if importlib.util.find_spec(m) is None]
+        if missing:
+            print(f"{name:>10} skipped: needs {', '.join(missing)} for its reference "
+                  f"(pip install {' '.join(missing)})")
+            continue
         try:
             suites[name].run(bench)
         except Exception as exc:  # one broken suite should not hide the others

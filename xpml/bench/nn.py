@@ -20,6 +20,7 @@ import contextlib
 import numpy as np
 
 SUITE = "nn"
+REQUIRES = ("torch",)  # the reference; the suite is skipped without it
 
 
 @contextlib.contextmanager
