@@ -40,3 +40,18 @@ def test_rtol_cuts_small_singular_values(rng):
     assert compact_svd(A)[1].shape == (3,)
     assert compact_svd(A, rtol=1e-6)[1].shape == (2,)
     np.testing.assert_allclose(pinv(A, rtol=1e-6), np.diag([1.0, 1e3, 0.0]))
+
+
+def test_right_singular_fast_path_agrees_with_portable(xp):
+    from xpml.linalg import right_singular, svd_flip
+
+    A = np.random.default_rng(3).normal(size=(200, 12)) * np.logspace(0, 3, 12)
+    for B in (A, A[:20, :]):          # tall (R factor) and not tall (plain SVD)
+        M = xp.asarray(B)
+        s1, V1 = right_singular(M, xp=xp.xp, fast=True)
+        s2, V2 = right_singular(M, xp=xp.xp, fast=False)
+        np.testing.assert_allclose(xp.to_numpy(s1), xp.to_numpy(s2), rtol=1e-12)
+        _, V1 = svd_flip(None, V1, xp=xp.xp)
+        _, V2 = svd_flip(None, V2, xp=xp.xp)
+        np.testing.assert_allclose(xp.to_numpy(V1), xp.to_numpy(V2), atol=1e-10)
+        np.testing.assert_allclose(xp.to_numpy(s1), np.linalg.svd(B, compute_uv=False), rtol=1e-12)

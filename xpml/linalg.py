@@ -11,7 +11,7 @@ from __future__ import annotations
 from xpml._backend import enter
 from xpml.utils.validation import check_array
 
-__all__ = ["compact_svd", "pinv", "svd_flip"]
+__all__ = ["compact_svd", "pinv", "svd_flip", "right_singular"]
 
 
 def _single_threaded_blas(xp):
@@ -49,7 +49,8 @@ def _rank_cutoff(s, shape, dtype, rtol, *, xp):
 def svd_flip(U, Vt, /, *, xp):
     """Deterministic signs: the largest-magnitude entry of each row of ``Vt`` is
     positive (scikit-learn's ``svd_flip(u_based_decision=False)``); ``U``'s
-    columns flip with them so ``U diag(s) Vt`` is unchanged."""
+    columns (when ``U`` is not None) flip with them so ``U diag(s) Vt`` is
+    unchanged."""
     k = Vt.shape[0]
     if k == 0:
         return U, Vt
@@ -57,7 +58,47 @@ def svd_flip(U, Vt, /, *, xp):
     picked = xp.take_along_axis(Vt, cols[:, None], axis=1)[:, 0]
     one = xp.ones((), dtype=Vt.dtype, device=getattr(Vt, "device", None))
     signs = xp.where(picked < 0, -one, one)
-    return U * signs[None, :], Vt * signs[:, None]
+    return (None if U is None else U * signs[None, :]), Vt * signs[:, None]
+
+
+def _r_factor(A, xp):
+    """``R`` of ``A = QR`` without forming ``Q``, where the library offers it
+    (NumPy, CuPy, torch: ``mode="r"``); None elsewhere (the standard's ``qr``
+    has only the reduced and complete modes, which build ``Q``)."""
+    import array_api_compat as aac
+
+    if aac.is_numpy_array(A):
+        import numpy
+
+        return numpy.linalg.qr(A, mode="r")
+    if aac.is_cupy_array(A):
+        import cupy
+
+        return cupy.linalg.qr(A, mode="r")
+    if aac.is_torch_array(A):
+        import torch
+
+        return torch.linalg.qr(A, mode="r")[1]
+    return None
+
+
+def right_singular(A, /, *, xp, fast=True):
+    """Singular values and right singular vectors ``(s, Vt)`` of ``A`` (n, d).
+
+    For tall ``A`` (``n ≥ 2d``) the fast path takes the SVD of the ``d × d``
+    factor ``R`` of ``A = QR`` (same ``s`` and ``Vt``; ``Q`` and ``U`` are never
+    formed) — unlike eigen-decomposing ``AᵀA`` it does not square the condition
+    number. The portable path is the thin SVD of ``A``. Signs are not fixed
+    here (see :func:`svd_flip`).
+    """
+    n, d = A.shape
+    if fast and n >= 2 * d:
+        R = _r_factor(A, xp)
+        if R is not None:
+            _, s, Vt = xp.linalg.svd(R, full_matrices=False)
+            return s, Vt
+    _, s, Vt = xp.linalg.svd(A, full_matrices=False)
+    return s, Vt
 
 
 def _compact_svd(A, /, *, xp, rtol=None):

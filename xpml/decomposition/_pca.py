@@ -13,14 +13,13 @@ Tropp (``algorithm="randomized"``).
 
 from __future__ import annotations
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, TransformerMixin
-from xpml.linalg import svd_flip
+from xpml.linalg import right_singular, svd_flip
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_array, check_is_fitted, check_random_state
 
@@ -107,22 +106,17 @@ class PCA(TransformerMixin, BaseEstimator):
         return self
 
     def fit_transform(self, X, y=None):
-        """Fit, and return the training data's principal coordinates ``U_k D_k``."""
-        ctx, U = self._fit(X)
-        k = self.n_components_
-        if self.whiten:
-            Z = U[:, :k] * math.sqrt(self.n_samples_ - 1)
-        else:
-            Z = U[:, :k] * ctx.take(self.singular_values_)[None, :]
-        return ctx.out(Z)
+        """Fit, and return the training data's principal coordinates ``U_k D_k``
+        (``= (X − x̄) V_k``; ``U`` itself is never formed)."""
+        return self.fit(X).transform(X)
 
     def _fit(self, X):
         ctx, X, _, _ = self._validate_fit_data(X, min_samples=2)
         xp = ctx.xp
         n, d = X.shape
         mean = xp.mean(X, axis=0)
-        U, s, Vt = xp.linalg.svd(X - mean, full_matrices=False)
-        U, Vt = svd_flip(U, Vt, xp=xp)
+        s, Vt = right_singular(X - mean, xp=xp)
+        _, Vt = svd_flip(None, Vt, xp=xp)
         ev = s * s / (n - 1)
         ratio = ev / xp.sum(ev)
         max_k = min(n, d)
@@ -136,7 +130,7 @@ class PCA(TransformerMixin, BaseEstimator):
         self.singular_values_ = s[:k]
         self.noise_variance_ = float(xp.mean(ev[k:])) if k < max_k else 0.0
         self._fitted(ctx)
-        return ctx, U
+        return ctx
 
     def transform(self, X):
         """Principal coordinates ``(X − x̄) V_k`` (divided by ``√variance`` when whitening)."""
