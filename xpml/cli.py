@@ -65,7 +65,7 @@ def _bench(args):
     from xpml.bench import Bench, discover
 
     suites = discover()
-    chosen = args.suites or list(suites)
+    chosen = args.suites or [n for n, m in suites.items() if getattr(m, "DEFAULT", True)]
     unknown = [s for s in chosen if s not in suites]
     if unknown:
         print(f"unknown suite(s) {unknown}; available: {', '.join(suites)}", file=sys.stderr)

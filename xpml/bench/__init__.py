@@ -1,7 +1,9 @@
 """Benchmarks: one timing method for all, xpml beside its reference in the same run.
 
 Each suite is a module in this package with ``SUITE = "name"`` and
-``run(bench) -> None``, where it calls :meth:`Bench.compare` once per case.
+``run(bench) -> None``, where it calls :meth:`Bench.compare` once per case;
+``DEFAULT = False`` keeps a long suite out of a plain ``xpml bench`` (it runs
+when named) and ``REQUIRES`` names the libraries its reference needs.
 ``xpml bench`` discovers the suites, runs them and writes a markdown table,
 JSON and (where matplotlib is installed) a PNG under ``bench/results/``.
 
@@ -140,17 +142,18 @@ class Bench:
         return out if len(out) > 1 else out[0]
 
     def compare(self, suite, case, n, xpml_fn, ref_fn=None, *, ref_name="scikit-learn",
-                params=None, note="", repeats=None):
+                params=None, note="", repeats=None, warmup=None):
         """Time ``xpml_fn`` (under the bench backend) and ``ref_fn`` (on the CPU)
         in the same run and record both."""
         import xpml
 
         reps = repeats or self.repeats
+        warm = self.warmup if warmup is None else warmup
         with xpml.backend(self.backend, device=self.device, output="backend"):
-            t_x, times = timeit(xpml_fn, warmup=self.warmup, repeats=reps, sync=self.sync)
+            t_x, times = timeit(xpml_fn, warmup=warm, repeats=reps, sync=self.sync)
         t_r = None
         if ref_fn is not None:
-            t_r, _ = timeit(ref_fn, warmup=self.warmup, repeats=len(times), adaptive=False)
+            t_r, _ = timeit(ref_fn, warmup=warm, repeats=len(times), adaptive=False)
         r = Result(suite, case, int(n), dict(params or {}), self.backend, t_x, ref_name, t_r,
                    len(times), note)
         self.results.append(r)
