@@ -16,6 +16,7 @@ self-contradictory; such rows fall back to the class prior: their posterior is
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -49,7 +50,7 @@ def _log_prior(class_count, param, fit_prior, /, *, xp):
         return xp.log(prior)
     if fit_prior:
         return xp.log(class_count) - xp.log(xp.sum(class_count))
-    return xp.full((K,), -float(np.log(K)), dtype=class_count.dtype, device=_device(class_count))
+    return xp.full((K,), -math.log(K), dtype=class_count.dtype, device=_device(class_count))
 
 
 def _log_ratio(num, den, /, *, xp):
@@ -332,6 +333,6 @@ class GaussianNB(_BaseNB):
         cols = []
         for k in range(theta.shape[0]):            # loop over classes, vectorised over n, d
             v = var[k, :]
-            n_ij = -0.5 * xp.sum(xp.log(2.0 * np.pi * v))
+            n_ij = -0.5 * xp.sum(xp.log(2.0 * math.pi * v))
             cols.append(n_ij - 0.5 * xp.sum((X - theta[k, :]) ** 2 / v, axis=1))
         return xp.stack(cols, axis=1) + ctx.take(self.class_log_prior_)
