@@ -31,6 +31,8 @@ __all__ = [
     "gram_blocks",
     "block_rows_for",
     "sq_distances",
+    "query_factor",
+    "point_factor",
     "resolve_kernel_params",
     "is_psd",
     "PSDResult",
@@ -63,6 +65,24 @@ def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None, fast=True):
     B = xp.concat([-2.0 * Y, xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=dev), yn[:, None]],
                   axis=1)
     return _clamp_min0_(A @ B.T, xp=xp, fast=fast)
+
+
+def query_factor(X, /, *, xp):
+    """``[x, 1]``: left factor of the nearest-point ranking score (see
+    :func:`point_factor`)."""
+    one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=getattr(X, "device", None))
+    return xp.concat([X, one], axis=1)
+
+
+def point_factor(Z, /, *, xp, Z_norms=None):
+    """``[−2z, ‖z‖²]``: with ``A = query_factor(X)``, ``A @ Bᵀ = ‖x − z‖² − ‖x‖²``.
+
+    The score orders the points ``z`` of every row exactly as the distances do
+    (up to rounding), in one matrix product and with no further pass — for
+    consumers that only rank (k-means assignment, k-NN candidate selection).
+    """
+    zn = sq_norms(Z, xp=xp) if Z_norms is None else Z_norms
+    return xp.concat([-2.0 * Z, zn[:, None]], axis=1)
 
 
 def _clamp_min0_(D, *, xp, fast=True):

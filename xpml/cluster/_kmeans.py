@@ -20,7 +20,7 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
-from xpml.kernels import block_rows_for, sq_distances, sq_norms
+from xpml.kernels import block_rows_for, point_factor, query_factor, sq_distances, sq_norms
 from xpml.linalg import _single_threaded_blas
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
@@ -41,21 +41,9 @@ def _block_rows(X, k, xp, memory_budget):
                           memory_budget=memory_budget)
 
 
-def _with_ones(X, /, *, xp):
-    """``[x, 1]``: the left factor of :func:`_scores`, built once per fit."""
-    one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=array_api_compat.device(X))
-    return xp.concat([X, one], axis=1)
-
-
-def _centre_factor(C, /, *, xp):
-    """``[−2c, ‖c‖²]``: with ``A = [x, 1]``, ``A @ Bᵀ = ‖x − c‖² − ‖x‖²`` — one
-    matrix product orders the centres of every row as the distances do."""
-    return xp.concat([-2.0 * C, sq_norms(C, xp=xp)[:, None]], axis=1)
-
-
 def _nearest(Ab, B, prev, /, *, xp):
-    """Nearest centre of each row of a block of ``A = [x, 1]`` (``prev`` kept on
-    ties)."""
+    """Nearest centre of each row of a block of ``A = [x, 1]`` against
+    ``B = [−2c, ‖c‖²]`` (:func:`xpml.kernels.point_factor`; ``prev`` kept on ties)."""
     S = Ab @ B.T
     lab = xp.argmin(S, axis=1)
     if prev is not None:
@@ -69,7 +57,7 @@ def _assign(X, C, previous, /, *, xp, memory_budget=None):
     """Nearest centre of each row (keeping ``previous`` on ties), in row blocks."""
     n = X.shape[0]
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
-    A, B = _with_ones(X, xp=xp), _centre_factor(C, xp=xp)
+    A, B = query_factor(X, xp=xp), point_factor(C, xp=xp)
     out = [_nearest(A[r0:min(r0 + rows, n), :], B,
                     None if previous is None else previous[r0:min(r0 + rows, n)], xp=xp)
            for r0 in range(0, n, rows)]
@@ -88,7 +76,7 @@ def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
     assignment)."""
     n = A.shape[0]
     k = C.shape[0]
-    B = _centre_factor(C, xp=xp)
+    B = point_factor(C, xp=xp)
     labels, sums, wsum = [], None, None
     for r0 in range(0, n, rows):
         r1 = min(r0 + rows, n)
@@ -137,7 +125,7 @@ def _lloyd(X, w, C, max_iter, tol, /, *, xp, memory_budget=None):
     (labels unchanged, or squared centre shift <= tol)."""
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
     Xw = X * w[:, None]
-    A = _with_ones(X, xp=xp)
+    A = query_factor(X, xp=xp)
     labels_old = None
     strict = False
     n_iter = 0

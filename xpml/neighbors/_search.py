@@ -2,8 +2,10 @@
 
 Exhaustive search (the default and the GPU path) walks row blocks of queries
 whose size follows a memory budget; against each column block of training
-points it computes squared distances with the Gram engine
-(:func:`xpml.kernels.sq_distances`), keeps the ``k`` smallest per row, and merges
+points it computes the ranking score ``‖x‖² − 2q·x`` (the squared distance less
+``‖q‖²``) as one product of the Gram engine's factors
+(:func:`xpml.kernels.query_factor`, :func:`xpml.kernels.point_factor`), keeps
+the ``k`` smallest per row, and merges
 the column blocks' candidates with a second top-k. Everything is array-API.
 The distances of the ``k`` neighbours returned are then measured directly,
 ``Σ (q − x)²`` (the Gram form loses about ``eps·‖x‖²``: duplicates would sit at
@@ -43,7 +45,7 @@ import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.kernels import DEFAULT_MEMORY_BUDGET, block_rows_for, sq_distances, sq_norms
+from xpml.kernels import DEFAULT_MEMORY_BUDGET, block_rows_for, point_factor, query_factor, sq_norms
 from xpml.linalg import _single_threaded_blas
 
 __all__ = [
@@ -241,12 +243,17 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
                           memory_budget=budget, block_rows=block_rows)
     col_starts = list(range(0, n, block_cols))
 
+    # rank by ‖x‖² − 2q·x (the distance less ‖q‖²): one product per block, no clamp;
+    # the k selected are then measured exactly by _refine
+    Xf = point_factor(X, xp=xp, Z_norms=X_norms)
+
     def row_block(r0):
         Qb = Q[r0:min(r0 + rows, n_q), :]
+        Qa = query_factor(Qb, xp=xp)
         cand_d, cand_i = [], []
         for c0 in col_starts:
             c1 = min(c0 + block_cols, n)
-            D = sq_distances(Qb, X[c0:c1, :], xp=xp, Y_norms=X_norms[c0:c1])
+            D = Qa @ Xf[c0:c1, :].T
             v, p = topk_smallest(D, min(k, c1 - c0), xp=xp, method=topk)
             cand_d.append(v)
             cand_i.append(xp.astype(p, xp.int64) + c0)
