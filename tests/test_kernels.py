@@ -222,3 +222,16 @@ def test_sq_distances_match_scipy_and_fast_path(xp):
     np.testing.assert_array_equal(fast, slow)
     np.testing.assert_allclose(fast, cdist(X, Y, "sqeuclidean"), rtol=1e-12, atol=1e-12)
     assert (xp.to_numpy(sq_distances(A, A, xp=xp.xp)) >= 0).all()
+
+
+def test_ranking_factors_give_distance_less_query_norm(xp):
+    from scipy.spatial.distance import cdist
+
+    from xpml.kernels import point_factor, query_factor
+
+    X, Y = _data(7)
+    S = query_factor(xp.asarray(X), xp=xp.xp) @ point_factor(xp.asarray(Y), xp=xp.xp).T
+    ref = cdist(X, Y, "sqeuclidean") - (X * X).sum(1)[:, None]
+    np.testing.assert_allclose(xp.to_numpy(S), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.argsort(xp.to_numpy(S), axis=1, kind="stable")[:, :3],
+                                  np.argsort(cdist(X, Y), axis=1, kind="stable")[:, :3])
