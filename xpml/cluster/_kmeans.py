@@ -11,7 +11,6 @@ so one seed gives the same clustering on every backend.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from numbers import Integral, Real
 
@@ -21,7 +20,6 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
 from xpml.kernels import block_rows_for, point_factor, query_factor, sq_distances, sq_norms
-from xpml.linalg import _single_threaded_blas
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -64,9 +62,11 @@ def _assign(X, C, previous, /, *, xp, memory_budget=None):
     return out[0] if len(out) == 1 else xp.concat(out)
 
 
-def _onehot(labels, k, /, *, xp, dtype):
+def _membership(labels, k, /, *, xp, dtype):
+    """``M[c, i] = [labels_i = c]``, shape ``(k, n)`` (laid out so each class's
+    row is contiguous: about 4x faster to build on NumPy than ``(n, k)``)."""
     ks = xp.arange(k, dtype=labels.dtype, device=array_api_compat.device(labels))
-    return xp.astype(labels[:, None] == ks[None, :], dtype)
+    return xp.astype(ks[:, None] == labels[None, :], dtype)
 
 
 def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
@@ -81,7 +81,7 @@ def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
     for r0 in range(0, n, rows):
         r1 = min(r0 + rows, n)
         lab = _nearest(A[r0:r1, :], B, None if previous is None else previous[r0:r1], xp=xp)
-        M = _onehot(lab, k, xp=xp, dtype=A.dtype).T
+        M = _membership(lab, k, xp=xp, dtype=A.dtype)
         s, ws = M @ Xw[r0:r1, :], M @ w[r0:r1]
         sums, wsum = (s, ws) if sums is None else (sums + s, wsum + ws)
         labels.append(lab)
@@ -182,9 +182,9 @@ def _init_centres(X, k, init, w, w_host, rng, /, *, xp, device):
     lab_host = rng.integers(0, k, size=n)
     counts = np.bincount(lab_host, minlength=k)
     labels = xp.asarray(lab_host, device=device)
-    M = _onehot(labels, k, xp=xp, dtype=X.dtype) * w[:, None]
-    wsum = xp.sum(M, axis=0)
-    C = (M.T @ X) / xp.where(wsum > 0, wsum, xp.ones_like(wsum))[:, None]
+    M = _membership(labels, k, xp=xp, dtype=X.dtype) * w[None, :]
+    wsum = xp.sum(M, axis=1)
+    C = (M @ X) / xp.where(wsum > 0, wsum, xp.ones_like(wsum))[:, None]
     if np.any(counts == 0):  # only with very few points: an empty part takes a random point
         fill = np.where(counts == 0, rng.integers(0, n, size=k), -1)
         rows = xp.take(X, xp.asarray(np.maximum(fill, 0), device=device), axis=0)
@@ -300,8 +300,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             n_init = 1
         rng = check_random_state(self.random_state)
         tol = self.tol * float(xp.mean(xp.var(X, axis=0)))
-        with _single_threaded_blas(xp) or contextlib.nullcontext():
-            best = self._runs(X, w, k, n_init, C0, tol, rng, ctx)
+        best = self._runs(X, w, k, n_init, C0, tol, rng, ctx)
         C, labels, inertia, n_iter = best
         self.cluster_centers_ = C
         self.labels_ = xp.astype(labels, xp.int64)
