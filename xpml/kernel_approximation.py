@@ -58,6 +58,16 @@ def _blocked_map(X, Y, kernel, params, right, /, *, xp):
     return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
 
+def _transform_inputs(est, X, first, second):
+    """Validated ``X`` and two fitted arrays in the compute namespace, ``X`` cast
+    to the fitted arrays' dtype."""
+    ctx, X = est._validate_predict_data(X)
+    A, B = ctx.take(getattr(est, first)), ctx.take(getattr(est, second))
+    if X.dtype != A.dtype:
+        X = ctx.xp.astype(X, A.dtype)
+    return ctx, X, A, B
+
+
 class RandomFourierFeatures(TransformerMixin, BaseEstimator):
     """Random Fourier features approximating the RBF kernel ``exp(-γ‖x−z‖²)``.
 
@@ -137,11 +147,8 @@ class RandomFourierFeatures(TransformerMixin, BaseEstimator):
         -------
         Z : array of shape (n_samples, n_components)
         """
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, W, b = _transform_inputs(self, X, "random_weights_", "random_offset_")
         xp = ctx.xp
-        W, b = ctx.take(self.random_weights_), ctx.take(self.random_offset_)
-        if X.dtype != W.dtype:
-            X = xp.astype(X, W.dtype)
         scale = (2.0 / self.random_weights_.shape[1]) ** 0.5
         return ctx.out(scale * xp.cos(X @ W + b[None, :]))
 
@@ -262,10 +269,7 @@ or callable, default="rbf"
         -------
         Z : array of shape (n_samples, n_components)
         """
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, L, N = _transform_inputs(self, X, "components_", "normalization_")
         xp = ctx.xp
-        L, N = ctx.take(self.components_), ctx.take(self.normalization_)
-        if X.dtype != L.dtype:
-            X = xp.astype(X, L.dtype)
         kernel, p = self._kernel_and_params(int(L.shape[1]))
         return ctx.out(_blocked_map(X, L, kernel, p, N.T, xp=xp))
