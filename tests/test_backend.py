@@ -5,12 +5,11 @@ import sys
 
 import numpy as np
 import pytest
+from _data import linear
 
 import xpml
 from xpml._backend import enter, get_backend, to_numpy
 from xpml.linear_model import LinearRegression
-
-from _data import linear
 
 
 def test_default_follows_inputs(xp):

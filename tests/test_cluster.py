@@ -138,7 +138,8 @@ def test_linkage_matrix_equals_scipy(points, linkage):
 @pytest.mark.parametrize("linkage", LINKAGES)
 @pytest.mark.parametrize("n_clusters", [2, 5, 17])
 def test_cut_into_n_clusters(points, linkage, n_clusters):
-    from scipy.cluster.hierarchy import cut_tree, linkage as scipy_linkage
+    from scipy.cluster.hierarchy import cut_tree
+    from scipy.cluster.hierarchy import linkage as scipy_linkage
 
     est = AgglomerativeClustering(n_clusters=n_clusters, linkage=linkage).fit(points)
     assert est.n_clusters_ == n_clusters

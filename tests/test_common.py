@@ -15,14 +15,13 @@ import pickle
 
 import numpy as np
 import pytest
+from _data import blobs, linear
 
 import xpml
 from xpml.base import clone
 from xpml.exceptions import NotFittedError
 from xpml.parity import DEFAULT_METHODS, fitted_arrays
 from xpml.utils.discovery import all_estimators, import_errors
-
-from _data import blobs, linear
 
 ESTIMATORS = all_estimators()
 IMPORT_ERRORS = dict(import_errors)

@@ -9,7 +9,10 @@ from scipy.stats import multivariate_normal
 from sklearn import discriminant_analysis as sk
 from sklearn.datasets import load_wine
 
-from xpml.discriminant_analysis import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
+from xpml.discriminant_analysis import (
+    LinearDiscriminantAnalysis,
+    QuadraticDiscriminantAnalysis,
+)
 
 
 @pytest.fixture(scope="module")

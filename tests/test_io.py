@@ -6,11 +6,10 @@ import zipfile
 
 import numpy as np
 import pytest
+from _data import linear
 
 import xpml
 from xpml.linear_model import LinearRegression
-
-from _data import linear
 
 
 def _fitted():

@@ -11,8 +11,15 @@ from sklearn.datasets import load_breast_cancer, load_wine
 from sklearn.preprocessing import StandardScaler
 
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
-from xpml.linear_model import (Lasso, LinearRegression, LogisticRegression, Perceptron, Ridge,
-                               SequentialFeatureSelector, lasso_path)
+from xpml.linear_model import (
+    Lasso,
+    LinearRegression,
+    LogisticRegression,
+    Perceptron,
+    Ridge,
+    SequentialFeatureSelector,
+    lasso_path,
+)
 
 
 def _regression(n=60, d=8, seed=0, targets=None):

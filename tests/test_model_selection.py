@@ -2,11 +2,15 @@
 
 import numpy as np
 import pytest
+from _data import linear
 
 from xpml.linear_model import LinearRegression
-from xpml.model_selection import KFold, StratifiedKFold, cross_val_score, train_test_split
-
-from _data import linear
+from xpml.model_selection import (
+    KFold,
+    StratifiedKFold,
+    cross_val_score,
+    train_test_split,
+)
 
 
 def test_train_test_split_keeps_library_and_rows(xp):

@@ -4,7 +4,12 @@ the approximate mode's recall, on every array library."""
 import numpy as np
 import pytest
 
-from xpml.neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors, recall_at_k
+from xpml.neighbors import (
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    NearestNeighbors,
+    recall_at_k,
+)
 from xpml.neighbors._search import exhaustive_kneighbors, topk_smallest
 
 

@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from _data import linear
 
 from xpml.linear_model import LinearRegression
 from xpml.parity import compare
-
-from _data import linear
 
 
 def test_compare_reports_every_array_and_method():

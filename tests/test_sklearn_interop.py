@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from _data import linear
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import Pipeline
@@ -9,8 +10,6 @@ from sklearn.preprocessing import StandardScaler
 
 from xpml.exceptions import InvalidParameterError, NotFittedError
 from xpml.linear_model import LinearRegression
-
-from _data import linear
 
 
 def test_clone_pipeline_gridsearch_cross_val():

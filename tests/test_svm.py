@@ -22,7 +22,7 @@ TOL = 1e-6
 
 
 # ------------------------------------------------------------------ data
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dataset(name):
     if name == "breast_cancer":
         X, y = datasets.load_breast_cancer(return_X_y=True)

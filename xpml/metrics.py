@@ -209,7 +209,6 @@ def expected_calibration_error(y_true, y_prob, *, n_bins=10, pos_label=None):
     idx = xp.astype(xp.floor(conf * n_bins), xp.int64)
     idx = xp.clip(idx, 0, n_bins - 1)
     member = xp.astype(idx[:, None] == xp.arange(n_bins, device=ctx.device)[None, :], dtype)
-    count = xp.sum(member, axis=0)
     gap = xp.abs(xp.sum(member * acc[:, None], axis=0) - xp.sum(member * conf[:, None], axis=0))
     return float(xp.sum(gap) / conf.shape[0])
 

@@ -13,7 +13,11 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import clone
-from xpml.utils.validation import check_consistent_length, check_random_state, num_samples
+from xpml.utils.validation import (
+    check_consistent_length,
+    check_random_state,
+    num_samples,
+)
 
 __all__ = ["train_test_split", "KFold", "StratifiedKFold", "cross_val_score", "check_cv"]
 

@@ -30,7 +30,7 @@ from array_api_compat import device as _device
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import check_is_fitted, decode_labels, encode_labels
+from xpml.utils.validation import decode_labels, encode_labels
 
 __all__ = ["PassiveAggressive", "AROW", "PA_STEPS"]
 

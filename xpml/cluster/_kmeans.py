@@ -19,7 +19,13 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
-from xpml.kernels import block_rows_for, point_factor, query_factor, sq_distances, sq_norms
+from xpml.kernels import (
+    block_rows_for,
+    point_factor,
+    query_factor,
+    sq_distances,
+    sq_norms,
+)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 

@@ -7,7 +7,6 @@ installed, save a PNG (``--out DIR``, default ``xpml-demo-output``).
 
 from __future__ import annotations
 
-
 __all__ = ["discover", "plt_or_none", "out_dir"]
 
 

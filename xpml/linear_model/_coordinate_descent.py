@@ -10,12 +10,11 @@ is the same problem with ``λ = 2nα``.
 
 from __future__ import annotations
 
-from array_api_compat import device as _device
-
-from numbers import Integral, Real
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
+from array_api_compat import device as _device
 
 from xpml._backend import enter
 from xpml.base import BaseEstimator, RegressorMixin

@@ -8,9 +8,9 @@ import array_api_compat
 import numpy as np
 
 from xpml.base import BaseEstimator, TransformerMixin
+from xpml.exceptions import InvalidParameterError
 from xpml.linear_model._ridge import Ridge as _Ridge
 from xpml.model_selection import cross_val_score
-from xpml.exceptions import InvalidParameterError
 from xpml.utils._param_validation import Interval, Options, validate_params
 from xpml.utils.validation import check_is_fitted
 

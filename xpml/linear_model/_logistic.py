@@ -12,15 +12,23 @@ intercept ``b`` is never penalised. Newton solves ``H e = −∇F`` with
 
 from __future__ import annotations
 
-from array_api_compat import device as _device
-
-from numbers import Integral, Real
 import warnings
+from numbers import Integral, Real
+
+from array_api_compat import device as _device
 
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
-from xpml.linear_model._base import (LinearClassifierMixin, block_rows, log_sigmoid, logsumexp,
-                                      psd_lstsq, sigmoid, softmax, spd_solve)
+from xpml.linear_model._base import (
+    LinearClassifierMixin,
+    block_rows,
+    log_sigmoid,
+    logsumexp,
+    psd_lstsq,
+    sigmoid,
+    softmax,
+    spd_solve,
+)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -305,7 +313,6 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         n, p = Xa.shape
         K = P.shape[1]
         fi = self.fit_intercept
-        d = gW.shape[0]
         rows = []
         for k in range(K):
             row = []

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from array_api_compat import device as _device
-
 from numbers import Real
+
+from array_api_compat import device as _device
 
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import block_rows, center_data, spd_solve

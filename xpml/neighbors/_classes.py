@@ -33,7 +33,11 @@ import array_api_compat
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.kernels import sq_norms
-from xpml.neighbors._search import build_kd_tree, exhaustive_kneighbors, kd_tree_kneighbors
+from xpml.neighbors._search import (
+    build_kd_tree,
+    exhaustive_kneighbors,
+    kd_tree_kneighbors,
+)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_is_fitted, decode_labels
 

@@ -45,7 +45,13 @@ import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.kernels import DEFAULT_MEMORY_BUDGET, block_rows_for, point_factor, query_factor, sq_norms
+from xpml.kernels import (
+    DEFAULT_MEMORY_BUDGET,
+    block_rows_for,
+    point_factor,
+    query_factor,
+    sq_norms,
+)
 from xpml.linalg import _single_threaded_blas
 
 __all__ = [

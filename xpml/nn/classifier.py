@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 
 import numpy as np
-from numbers import Integral, Real
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, clone

@@ -202,6 +202,7 @@ class _BaseDecisionTree(BaseEstimator):
         zero = xp.zeros_like(node)
         Xflat = xp.reshape(X, (-1,))
         base = xp.arange(n, dtype=xp.int64, device=ctx.device) * int(X.shape[1])
+        prev_leaf = None
         for step in range(t["max_depth"] + 1):
             p = xp.take(pred, node)
             if clf:
