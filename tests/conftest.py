@@ -16,7 +16,14 @@ import pytest
 import xpml
 from xpml._backend import to_numpy
 
-ALL_LIBS = ("numpy", "numpy_readonly", "array_api_strict", "torch", "cupy", "torch_cuda")
+ALL_LIBS = (
+    "numpy",
+    "numpy_readonly",
+    "array_api_strict",
+    "torch",
+    "cupy",
+    "torch_cuda",
+)
 
 
 class Lib:
@@ -24,7 +31,9 @@ class Lib:
 
     def __init__(self, name):
         self.name = name
-        self.backend = {"numpy_readonly": "numpy", "torch_cuda": "torch"}.get(name, name)
+        self.backend = {"numpy_readonly": "numpy", "torch_cuda": "torch"}.get(
+            name, name
+        )
         self.device = "cuda" if name == "torch_cuda" else None
         self.xp = xpml.backend  # placeholder replaced below
         if self.backend == "numpy":
@@ -81,7 +90,9 @@ def _available(name):
         except ImportError:
             return "torch is not installed"
         if name == "torch_cuda" and not torch.cuda.is_available():
-            return "no CUDA GPU: torch-CUDA tests run by ci/gpu_check.sh on a GPU machine"
+            return (
+                "no CUDA GPU: torch-CUDA tests run by ci/gpu_check.sh on a GPU machine"
+            )
         return None
     if name == "cupy":
         try:
@@ -89,7 +100,9 @@ def _available(name):
 
             cupy.cuda.runtime.getDeviceCount()
         except Exception:
-            return "no CUDA GPU / cupy: cupy tests run by ci/gpu_check.sh on a GPU machine"
+            return (
+                "no CUDA GPU / cupy: cupy tests run by ci/gpu_check.sh on a GPU machine"
+            )
         return None
     return f"unknown library {name}"
 

@@ -29,7 +29,10 @@ def test_set_backend_and_context_restore():
 
 
 def test_unknown_backend_name():
-    with pytest.raises(ValueError, match=r"unknown backend 'jax'.*'numpy', 'cupy', 'torch', 'array_api_strict'"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown backend 'jax'.*'numpy', 'cupy', 'torch', 'array_api_strict'",
+    ):
         xpml.set_backend("jax")
 
 
@@ -45,7 +48,9 @@ def test_missing_backend_library(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", fake)
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    with pytest.raises(ImportError, match=r"backend 'cupy' needs the 'cupy' library.*xpml\[cuda12\]"):
+    with pytest.raises(
+        ImportError, match=r"backend 'cupy' needs the 'cupy' library.*xpml\[cuda12\]"
+    ):
         xpml.set_backend("cupy")
 
 
@@ -120,25 +125,38 @@ def test_float32_where_device_lacks_float64():
     strict = pytest.importorskip("array_api_strict")
     X, y = linear()
     with xpml.backend("array_api_strict", device="no_float64", output="backend"):
-        pred = LinearRegression().fit(X.astype(np.float32), y.astype(np.float32)).predict(
-            X.astype(np.float32))
+        pred = (
+            LinearRegression()
+            .fit(X.astype(np.float32), y.astype(np.float32))
+            .predict(X.astype(np.float32))
+        )
     assert pred.dtype == strict.float32
     with pytest.raises(TypeError, match="float64 was requested"):
         with xpml.backend("array_api_strict", device="no_float64", dtype="float64"):
             LinearRegression().fit(X.astype(np.float32), y.astype(np.float32))
 
 
-@pytest.mark.parametrize("env,expected", [({"XPML_BACKEND": "torch"}, "torch"),
-                                          ({"XPML_BACKEND": "array_api_strict"}, "array_api_strict"),
-                                          ({}, "None")])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"XPML_BACKEND": "torch"}, "torch"),
+        ({"XPML_BACKEND": "array_api_strict"}, "array_api_strict"),
+        ({}, "None"),
+    ],
+)
 def test_environment_variables(env, expected):
     import os
 
     full = {k: v for k, v in os.environ.items() if not k.startswith("XPML_")}
     full.update(env)
     code = "import xpml; print(xpml.get_backend().name)"
-    out = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=full,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == expected
 
 
@@ -148,8 +166,13 @@ def test_xpml_device_environment_variable():
     full = {k: v for k, v in os.environ.items() if not k.startswith("XPML_")}
     full.update({"XPML_BACKEND": "torch", "XPML_DEVICE": "cpu"})
     code = "import xpml; b = xpml.get_backend(); print(b.name, b.device)"
-    out = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=full,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == "torch cpu"
 
 

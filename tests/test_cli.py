@@ -15,13 +15,20 @@ def test_info(capsys):
 
 
 def test_python_dash_m():
-    out = subprocess.run([sys.executable, "-m", "xpml", "info"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "xpml", "info"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "backends:" in out
 
 
 def test_bench_quick_writes_results(tmp_path, capsys):
-    assert main(["bench", "gram", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["bench", "gram", "--quick", "--repeats", "1", "--out", str(tmp_path)])
+        == 0
+    )
     data = json.loads((tmp_path / "bench-numpy-quick.json").read_text())
     rows = data["results"]
     assert {r["n"] for r in rows} == {500, 1000}
@@ -42,7 +49,10 @@ def test_bench_skips_a_suite_whose_reference_is_missing(monkeypatch, capsys, tmp
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch" else real(name, *a),
+    )
     assert main(["bench", "nn", "--quick", "--out", str(tmp_path)]) == 0
     assert "nn skipped: needs torch" in capsys.readouterr().out

@@ -47,8 +47,9 @@ def test_kmeans_from_given_centres_equals_sklearn_lloyd(digits, seed):
     np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-10)
     assert abs(ours.n_iter_ - ref.n_iter_) <= 1
     np.testing.assert_array_equal(ours.predict(digits[:300]), ref.predict(digits[:300]))
-    np.testing.assert_allclose(ours.transform(digits[:300]), ref.transform(digits[:300]),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        ours.transform(digits[:300]), ref.transform(digits[:300]), rtol=1e-9
+    )
     np.testing.assert_allclose(ours.score(digits), ref.score(digits), rtol=1e-10)
 
 
@@ -72,7 +73,9 @@ def test_restarts_reach_sklearn_inertia_on_digits(digits, init):
 
     ours = KMeans(10, init=init, n_init=10, random_state=0).fit(digits)
     ref = SK(10, n_init=10, random_state=0).fit(digits)
-    print(f"{init}: inertia {ours.inertia_:.1f} vs sklearn k-means++ {ref.inertia_:.1f}")
+    print(
+        f"{init}: inertia {ours.inertia_:.1f} vs sklearn k-means++ {ref.inertia_:.1f}"
+    )
     assert ours.inertia_ <= 1.01 * ref.inertia_
     # inertia_ is the objective of the returned labels and centres
     resid = digits - ours.cluster_centers_[ours.labels_]
@@ -86,8 +89,9 @@ def test_tie_keeps_previous_cluster():
     assert labels.tolist() == [0, 0]  # first assignment: smallest index
     labels = _assign(X, C, np.array([1, 0]), xp=np)
     assert labels.tolist() == [1, 0]  # later: keep the previous cluster
-    assert KMeans(2, init=C).fit(np.array([[0.0], [0.0], [-2.0], [2.0]])).predict(X).tolist() \
-        == [0, 0]
+    assert KMeans(2, init=C).fit(np.array([[0.0], [0.0], [-2.0], [2.0]])).predict(
+        X
+    ).tolist() == [0, 0]
 
 
 def test_kmeans_errors(rng):
@@ -109,10 +113,13 @@ def test_kmeans_backends_give_numpy_results(xp, digits, init):
     est = KMeans(5, init=init, n_init=2, random_state=0).fit(xp.asarray(X))
     assert xp.is_native(est.labels_) and xp.is_native(est.cluster_centers_)
     np.testing.assert_array_equal(xp.to_numpy(est.labels_), ref.labels_)
-    np.testing.assert_allclose(xp.to_numpy(est.cluster_centers_), ref.cluster_centers_,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        xp.to_numpy(est.cluster_centers_), ref.cluster_centers_, atol=1e-10
+    )
     np.testing.assert_allclose(est.inertia_, ref.inertia_, rtol=1e-10)
-    np.testing.assert_array_equal(xp.to_numpy(est.predict(xp.asarray(X))), ref.predict(X))
+    np.testing.assert_array_equal(
+        xp.to_numpy(est.predict(xp.asarray(X))), ref.predict(X)
+    )
 
 
 # ----------------------------------------------------------------- agglomerative
@@ -128,7 +135,11 @@ def points():
 def test_linkage_matrix_equals_scipy(points, linkage):
     from scipy.cluster.hierarchy import linkage as scipy_linkage
 
-    Z = AgglomerativeClustering(n_clusters=1, linkage=linkage).fit(points).linkage_matrix_
+    Z = (
+        AgglomerativeClustering(n_clusters=1, linkage=linkage)
+        .fit(points)
+        .linkage_matrix_
+    )
     R = scipy_linkage(points, method=linkage)
     assert Z.shape == (199, 4)
     np.testing.assert_allclose(Z[:, 2], R[:, 2], rtol=0, atol=1e-10)
@@ -147,15 +158,21 @@ def test_cut_into_n_clusters(points, linkage, n_clusters):
     # the partition after the first n - n_clusters merges of the linkage matrix
     n = len(points)
     members = {i: {i} for i in range(n)}
-    for step, (a, b) in enumerate(est.linkage_matrix_[: n - n_clusters, :2].astype(int)):
+    for step, (a, b) in enumerate(
+        est.linkage_matrix_[: n - n_clusters, :2].astype(int)
+    ):
         members[n + step] = members.pop(a) | members.pop(b)
     ref = np.empty(n, dtype=int)
     for lab, group in enumerate(members.values()):
         ref[list(group)] = lab
     assert _same_partition(est.labels_, ref)
     if linkage != "centroid":  # scipy's cut_tree assumes monotone heights
-        assert _same_partition(est.labels_, cut_tree(scipy_linkage(points, method=linkage),
-                                                     n_clusters=n_clusters)[:, 0])
+        assert _same_partition(
+            est.labels_,
+            cut_tree(scipy_linkage(points, method=linkage), n_clusters=n_clusters)[
+                :, 0
+            ],
+        )
 
 
 @pytest.mark.parametrize("linkage", ["single", "complete", "average"])
@@ -182,11 +199,17 @@ def test_linkage_labels_and_errors(points):
     Z = np.array([[0, 1, 1.0, 2], [2, 4, 1.5, 3], [3, 5, 4.0, 4]])
     assert linkage_labels(Z, 0).tolist() == [0, 1, 2, 3]
     assert linkage_labels(Z, 2).tolist() == [0, 0, 0, 1]
-    with pytest.raises(ValueError, match="exactly one of n_clusters and distance_threshold"):
+    with pytest.raises(
+        ValueError, match="exactly one of n_clusters and distance_threshold"
+    ):
         AgglomerativeClustering(n_clusters=None).fit(points)
-    with pytest.raises(ValueError, match="exactly one of n_clusters and distance_threshold"):
+    with pytest.raises(
+        ValueError, match="exactly one of n_clusters and distance_threshold"
+    ):
         AgglomerativeClustering(n_clusters=2, distance_threshold=1.0).fit(points)
-    with pytest.raises(ValueError, match="n_clusters=300 must be at most n_samples=200"):
+    with pytest.raises(
+        ValueError, match="n_clusters=300 must be at most n_samples=200"
+    ):
         AgglomerativeClustering(n_clusters=300).fit(points)
 
 

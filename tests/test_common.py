@@ -140,10 +140,16 @@ def test_parity_across_libraries(Estimator, xp):
         assert xp.is_native(res), f"{m} returned {type(res)} for {xp} input"
         got[m] = xp.to_numpy(res)
     for m, v in ref.items():
-        if v.dtype.kind in "iub" or m == "predict" and _data_kind(est) in ("classes", "binary", "counts"):
+        if (
+            v.dtype.kind in "iub"
+            or m == "predict"
+            and _data_kind(est) in ("classes", "binary", "counts")
+        ):
             np.testing.assert_array_equal(got[m], v, err_msg=m)
         else:
-            np.testing.assert_allclose(got[m], v, rtol=rtol, atol=rtol * max(1.0, np.abs(v).max()), err_msg=m)
+            np.testing.assert_allclose(
+                got[m], v, rtol=rtol, atol=rtol * max(1.0, np.abs(v).max()), err_msg=m
+            )
 
 
 def test_backend_switch_moves_numpy_input(Estimator):
@@ -164,7 +170,9 @@ def test_backend_switch_moves_numpy_input(Estimator):
         for m in ref:
             r = getattr(b2, m)(X)
             if not (isinstance(r, np.ndarray) and r.dtype.kind in "OUS"):
-                assert isinstance(r, torch.Tensor), f"{m} with output='backend' gave {type(r)}"
+                assert isinstance(r, torch.Tensor), (
+                    f"{m} with output='backend' gave {type(r)}"
+                )
 
 
 def test_bad_input_errors(Estimator):
@@ -183,7 +191,9 @@ def test_bad_input_errors(Estimator):
         with pytest.raises(ValueError, match="class"):
             clone(est).fit(X, np.zeros(len(X)))
     fitted = _fit(clone(est), X, y)
-    if hasattr(fitted, "n_features_in_") and (hasattr(fitted, "predict") or hasattr(fitted, "transform")):
+    if hasattr(fitted, "n_features_in_") and (
+        hasattr(fitted, "predict") or hasattr(fitted, "transform")
+    ):
         m = "predict" if hasattr(fitted, "predict") else "transform"
         with pytest.raises(ValueError, match="features"):
             getattr(fitted, m)(X[:, :-1])

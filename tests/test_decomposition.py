@@ -22,11 +22,18 @@ def test_pca_equals_sklearn_on_digits(digits):
     from sklearn.decomposition import PCA as SK
 
     ours, ref = PCA().fit(digits), SK(svd_solver="full").fit(digits)
-    np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_,
-                               rtol=0, atol=1e-10)
-    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-10)
-    np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=1e-10,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        ours.explained_variance_ratio_,
+        ref.explained_variance_ratio_,
+        rtol=0,
+        atol=1e-10,
+    )
+    np.testing.assert_allclose(
+        ours.explained_variance_, ref.explained_variance_, rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        ours.singular_values_, ref.singular_values_, rtol=1e-10, atol=1e-10
+    )
     # components with distinct, non-zero variances are defined up to sign
     ev = ours.explained_variance_
     distinct = ev > 1e-8 * ev[0]
@@ -60,13 +67,16 @@ def test_transform_inverse_transform(digits, whiten):
     signs = np.sign(np.sum(Z * R, axis=0))
     np.testing.assert_allclose(Z * signs, R, atol=1e-9)
     np.testing.assert_allclose(ours.fit_transform(digits) * signs, R, atol=1e-9)
-    np.testing.assert_allclose(ours.inverse_transform(Z), ref.inverse_transform(R), atol=1e-9)
+    np.testing.assert_allclose(
+        ours.inverse_transform(Z), ref.inverse_transform(R), atol=1e-9
+    )
     if whiten:
         np.testing.assert_allclose(np.var(Z, axis=0, ddof=1), 1.0, rtol=1e-10)
     # all components: the round trip is exact
     full = PCA(whiten=whiten).fit(digits)
-    np.testing.assert_allclose(full.inverse_transform(full.transform(digits)), digits,
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        full.inverse_transform(full.transform(digits)), digits, atol=1e-9
+    )
 
 
 def test_pca_errors(digits):
@@ -85,18 +95,28 @@ def test_truncated_svd_equals_sklearn(digits):
     ref = SK(10, algorithm="arpack").fit(digits)
     _match_up_to_sign(ours.components_, ref.components_, 1e-8)
     np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=1e-10)
-    np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        ours.explained_variance_ratio_, ref.explained_variance_ratio_, atol=1e-10
+    )
     # the randomized range finder (5 power iterations) is close to the exact SVD
     rand = TruncatedSVD(10, random_state=0).fit(digits)
     np.testing.assert_allclose(rand.singular_values_, ours.singular_values_, rtol=1e-5)
-    np.testing.assert_allclose(np.abs(rand.transform(digits)), np.abs(ours.transform(digits)),
-                               rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(
+        np.abs(rand.transform(digits)),
+        np.abs(ours.transform(digits)),
+        rtol=1e-3,
+        atol=1e-2,
+    )
 
 
-@pytest.mark.parametrize("Est,params", [(PCA, {"n_components": 0.9, "whiten": True}),
-                                        (TruncatedSVD, {"n_components": 5, "random_state": 0}),
-                                        (TruncatedSVD, {"n_components": 5, "algorithm": "full"})])
+@pytest.mark.parametrize(
+    "Est,params",
+    [
+        (PCA, {"n_components": 0.9, "whiten": True}),
+        (TruncatedSVD, {"n_components": 5, "random_state": 0}),
+        (TruncatedSVD, {"n_components": 5, "algorithm": "full"}),
+    ],
+)
 def test_backends_give_numpy_results(xp, digits, Est, params):
     X = digits[:300]
     ref = Est(**params).fit(X)
@@ -109,5 +129,6 @@ def test_backends_give_numpy_results(xp, digits, Est, params):
     assert xp.is_native(Z)
     np.testing.assert_allclose(xp.to_numpy(Z), ref.transform(X), atol=1e-7)
     back = est.inverse_transform(Z)
-    np.testing.assert_allclose(xp.to_numpy(back), ref.inverse_transform(ref.transform(X)),
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        xp.to_numpy(back), ref.inverse_transform(ref.transform(X)), atol=1e-7
+    )

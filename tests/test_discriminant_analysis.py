@@ -23,7 +23,9 @@ def wine():
 @pytest.mark.parametrize("shrinkage", [None, 0.25])
 def test_lda_predict_proba_equals_sklearn_on_wine(xp, wine, shrinkage):
     X, y = wine
-    m = LinearDiscriminantAnalysis(shrinkage=shrinkage).fit(xp.asarray(X), xp.asarray(y))
+    m = LinearDiscriminantAnalysis(shrinkage=shrinkage).fit(
+        xp.asarray(X), xp.asarray(y)
+    )
     ref = sk.LinearDiscriminantAnalysis(solver="lsqr", shrinkage=shrinkage).fit(X, y)
     P = m.predict_proba(xp.asarray(X))
     assert xp.is_native(P)
@@ -43,12 +45,21 @@ def test_lda_priors_equal_sklearn(wine):
 @pytest.mark.parametrize("reg_param", [0.0, 0.1])
 def test_qda_predict_proba_equals_sklearn_on_wine(xp, wine, reg_param):
     X, y = wine
-    m = QuadraticDiscriminantAnalysis(reg_param=reg_param).fit(xp.asarray(X), xp.asarray(y))
+    m = QuadraticDiscriminantAnalysis(reg_param=reg_param).fit(
+        xp.asarray(X), xp.asarray(y)
+    )
     ref = sk.QuadraticDiscriminantAnalysis(reg_param=reg_param).fit(X, y)
-    np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(X))), ref.predict_proba(X),
-                               rtol=0, atol=1e-8)
-    np.testing.assert_allclose(xp.to_numpy(m.decision_function(xp.asarray(X))),
-                               ref.decision_function(X), rtol=1e-9)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X))),
+        ref.predict_proba(X),
+        rtol=0,
+        atol=1e-8,
+    )
+    np.testing.assert_allclose(
+        xp.to_numpy(m.decision_function(xp.asarray(X))),
+        ref.decision_function(X),
+        rtol=1e-9,
+    )
 
 
 def test_lda_posterior_is_logistic_of_theta(xp, wine):
@@ -61,14 +72,23 @@ def test_lda_posterior_is_logistic_of_theta(xp, wine):
     X2 = (X2 - X2.mean(0)) / X2.std(0)
     m = LinearDiscriminantAnalysis().fit(xp.asarray(X2), xp.asarray(y2))
     theta, theta0 = xp.to_numpy(m.theta_), float(xp.to_numpy(m.theta0_))
-    mu, S, pri = xp.to_numpy(m.means_), xp.to_numpy(m.covariance_), xp.to_numpy(m.priors_)
+    mu, S, pri = (
+        xp.to_numpy(m.means_),
+        xp.to_numpy(m.covariance_),
+        xp.to_numpy(m.priors_),
+    )
     # generative posterior, from the two class densities and the priors
-    log_odds = (multivariate_normal(mu[1], S).logpdf(X2) + np.log(pri[1])
-                - multivariate_normal(mu[0], S).logpdf(X2) - np.log(pri[0]))
+    log_odds = (
+        multivariate_normal(mu[1], S).logpdf(X2)
+        + np.log(pri[1])
+        - multivariate_normal(mu[0], S).logpdf(X2)
+        - np.log(pri[0])
+    )
     logistic = expit(theta0 + X2 @ theta)
     np.testing.assert_allclose(logistic, expit(log_odds), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(X2)))[:, 1], logistic,
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X2)))[:, 1], logistic, rtol=0, atol=1e-12
+    )
     # θ in closed form
     np.testing.assert_allclose(theta, np.linalg.solve(S, mu[1] - mu[0]), rtol=1e-8)
 
@@ -76,7 +96,7 @@ def test_lda_posterior_is_logistic_of_theta(xp, wine):
 def test_qda_singular_class_covariance_needs_reg_param():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(10, 6))
-    y = np.repeat([0, 1], 5)                                  # n_k = 5 < d = 6
+    y = np.repeat([0, 1], 5)  # n_k = 5 < d = 6
     with pytest.raises(ValueError, match="reg_param"):
         QuadraticDiscriminantAnalysis().fit(X, y)
     P = QuadraticDiscriminantAnalysis(reg_param=0.5).fit(X, y).predict_proba(X)

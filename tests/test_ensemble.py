@@ -32,7 +32,11 @@ from xpml.ensemble import (
 from xpml.linear_model import LinearRegression
 from xpml.tree import DecisionTreeClassifier
 
-LOADERS = {"breast_cancer": load_breast_cancer, "wine": load_wine, "digits": load_digits}
+LOADERS = {
+    "breast_cancer": load_breast_cancer,
+    "wine": load_wine,
+    "digits": load_digits,
+}
 _CACHE = {}
 
 
@@ -46,7 +50,9 @@ def _split(name, seed):
 @pytest.mark.parametrize("name", ["breast_cancer", "digits"])
 def test_bagging_oob_close_to_held_out(name):
     Xtr, Xte, ytr, yte = _split(name, 0)
-    bag = BaggingClassifier(n_estimators=50, oob_score=True, random_state=0).fit(Xtr, ytr)
+    bag = BaggingClassifier(n_estimators=50, oob_score=True, random_state=0).fit(
+        Xtr, ytr
+    )
     assert abs(bag.oob_score_ - bag.score(Xte, yte)) <= 0.03
     P = bag.oob_decision_function_
     assert P.shape == (len(ytr), len(np.unique(ytr)))
@@ -59,7 +65,9 @@ def test_random_forest_accuracy_close_to_sklearn(name):
     ours, ref = [], []
     for seed in range(3):
         Xtr, Xte, ytr, yte = _split(name, seed)
-        ours.append(RandomForestClassifier(100, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+        ours.append(
+            RandomForestClassifier(100, random_state=seed).fit(Xtr, ytr).score(Xte, yte)
+        )
         ref.append(SkForest(100, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
     assert abs(np.mean(ours) - np.mean(ref)) <= 0.015, (np.mean(ours), np.mean(ref))
 
@@ -68,7 +76,9 @@ def test_random_forest_regressor_close_to_sklearn():
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(600, 6))
     y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.normal(size=600)
-    ours = RandomForestRegressor(50, random_state=0, oob_score=True).fit(X[:400], y[:400])
+    ours = RandomForestRegressor(50, random_state=0, oob_score=True).fit(
+        X[:400], y[:400]
+    )
     ref = SkForestReg(50, max_features=1 / 3, random_state=0).fit(X[:400], y[:400])
     r2, r2_ref = ours.score(X[400:], y[400:]), ref.score(X[400:], y[400:])
     assert abs(r2 - r2_ref) <= 0.03, (r2, r2_ref)
@@ -80,7 +90,10 @@ def test_forest_uses_a_fresh_feature_subset_per_node():
     Xtr, _, ytr, _ = _split("breast_cancer", 0)
     rf = RandomForestClassifier(5, max_features=1, random_state=0).fit(Xtr, ytr)
     roots = {int(t.tree_feature_[0]) for t in rf.estimators_}
-    inner = [np.asarray(t.tree_feature_)[np.asarray(t.tree_feature_) >= 0] for t in rf.estimators_]
+    inner = [
+        np.asarray(t.tree_feature_)[np.asarray(t.tree_feature_) >= 0]
+        for t in rf.estimators_
+    ]
     assert len(roots) > 1 and all(len(set(f.tolist())) > 5 for f in inner)
     np.testing.assert_allclose(np.sum(rf.feature_importances_), 1.0)
 
@@ -105,8 +118,9 @@ def test_generic_members_through_sample_weight():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3))
     y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=200)
-    bag = BaggingRegressor(LinearRegression(), n_estimators=8, oob_score=True,
-                           random_state=0).fit(X, y)
+    bag = BaggingRegressor(
+        LinearRegression(), n_estimators=8, oob_score=True, random_state=0
+    ).fit(X, y)
     assert len(bag.estimators_) == 8 and bag.oob_score_ > 0.99
     coefs = np.stack([m.coef_ for m in bag.estimators_])
     np.testing.assert_allclose(coefs.mean(0), [1.0, -2.0, 0.5], atol=0.05)
@@ -115,9 +129,11 @@ def test_generic_members_through_sample_weight():
 
 def test_ensembles_on_every_backend_give_numpy_results(xp):
     Xtr, Xte, ytr, _ = _split("wine", 2)
-    for est in (RandomForestClassifier(10, random_state=0, oob_score=True),
-                BaggingClassifier(n_estimators=5, random_state=1),
-                AdaBoostClassifier(n_estimators=15)):
+    for est in (
+        RandomForestClassifier(10, random_state=0, oob_score=True),
+        BaggingClassifier(n_estimators=5, random_state=1),
+        AdaBoostClassifier(n_estimators=15),
+    ):
         ref = est.fit(Xtr, ytr).predict_proba(Xte)
         got = type(est)(**est.get_params()).fit(xp.asarray(Xtr), xp.asarray(ytr))
         P = got.predict_proba(xp.asarray(Xte))
@@ -126,8 +142,9 @@ def test_ensembles_on_every_backend_give_numpy_results(xp):
     yr = Xtr[:, 0] + ytr
     r1 = RandomForestRegressor(10, random_state=0).fit(Xtr, yr)
     r2 = RandomForestRegressor(10, random_state=0).fit(xp.asarray(Xtr), xp.asarray(yr))
-    np.testing.assert_allclose(xp.to_numpy(r2.predict(xp.asarray(Xte))), r1.predict(Xte),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        xp.to_numpy(r2.predict(xp.asarray(Xte))), r1.predict(Xte), rtol=1e-10
+    )
 
 
 def _binary_sign(y):
@@ -169,20 +186,27 @@ def test_adaboost_accuracy_close_to_sklearn(name):
     assert abs(ours.score(Xte, yte) - ref.score(Xte, yte)) <= 0.02
     if name == "breast_cancer":  # two classes: sklearn's SAMME vote is α = 2β
         n = len(ours.estimator_weights_)
-        np.testing.assert_allclose(2 * np.asarray(ours.estimator_weights_),
-                                   ref.estimator_weights_[:n], rtol=1e-8)
+        np.testing.assert_allclose(
+            2 * np.asarray(ours.estimator_weights_),
+            ref.estimator_weights_[:n],
+            rtol=1e-8,
+        )
 
 
 def test_adaboost_edge_cases():
     X = np.array([[0.0], [1.0], [2.0], [3.0]])
     ada = AdaBoostClassifier(n_estimators=10).fit(X, np.array([0, 0, 1, 1]))
-    assert len(ada.estimators_) == 1 and ada.estimator_errors_[0] == 0.0  # err = 0: stop
+    assert (
+        len(ada.estimators_) == 1 and ada.estimator_errors_[0] == 0.0
+    )  # err = 0: stop
     assert np.isfinite(ada.estimator_weights_[0])
     Xx = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
     with pytest.raises(ValueError, match="chance"):  # XOR: every stump has err = 1/2
         AdaBoostClassifier().fit(Xx, np.array([0, 0, 1, 1]))
     with pytest.raises(ValueError, match="bootstrap"):
-        BaggingClassifier(bootstrap=False, oob_score=True).fit(X, np.array([0, 0, 1, 1]))
+        BaggingClassifier(bootstrap=False, oob_score=True).fit(
+            X, np.array([0, 0, 1, 1])
+        )
 
 
 def test_progress_bar_option(capsys):
@@ -205,18 +229,32 @@ def test_without_joblib_fitting_is_sequential_and_identical(monkeypatch):
     import sys
 
     Xtr, Xte, ytr, _ = _split("wine", 0)
-    ref = RandomForestClassifier(12, random_state=2, n_jobs=2).fit(Xtr, ytr).predict_proba(Xte)
-    monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now raises ImportError
-    got = RandomForestClassifier(12, random_state=2, n_jobs=2).fit(Xtr, ytr).predict_proba(Xte)
+    ref = (
+        RandomForestClassifier(12, random_state=2, n_jobs=2)
+        .fit(Xtr, ytr)
+        .predict_proba(Xte)
+    )
+    monkeypatch.setitem(
+        sys.modules, "joblib", None
+    )  # import joblib now raises ImportError
+    got = (
+        RandomForestClassifier(12, random_state=2, n_jobs=2)
+        .fit(Xtr, ytr)
+        .predict_proba(Xte)
+    )
     np.testing.assert_array_equal(got, ref)
 
 
 def test_adaboost_with_shallow_trees_and_multiclass_votes():
     Xtr, Xte, ytr, yte = _split("wine", 0)
-    ada = AdaBoostClassifier(DecisionTreeClassifier(max_depth=2), n_estimators=20).fit(Xtr, ytr)
+    ada = AdaBoostClassifier(DecisionTreeClassifier(max_depth=2), n_estimators=20).fit(
+        Xtr, ytr
+    )
     err, beta = np.asarray(ada.estimator_errors_), np.asarray(ada.estimator_weights_)
     # K = 3: SAMME's vote, which reduces to ½ ln((1−err)/err) for two classes
-    np.testing.assert_allclose(beta, 0.5 * (np.log((1 - err) / err) + np.log(2.0)), rtol=1e-12)
+    np.testing.assert_allclose(
+        beta, 0.5 * (np.log((1 - err) / err) + np.log(2.0)), rtol=1e-12
+    )
     assert np.all(err < 2 / 3) and ada.score(Xte, yte) > 0.9
     P = ada.predict_proba(Xte)
     np.testing.assert_allclose(P.sum(axis=1), 1.0)

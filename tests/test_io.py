@@ -22,7 +22,9 @@ def test_round_trip_bit_exact(tmp_path):
     path = tmp_path / "m.xpml"
     model.save(path)
     loaded = xpml.load(path)
-    assert type(loaded) is LinearRegression and loaded.get_params() == model.get_params()
+    assert (
+        type(loaded) is LinearRegression and loaded.get_params() == model.get_params()
+    )
     for attr in ("coef_", "intercept_", "singular_"):
         a, b = getattr(model, attr), getattr(loaded, attr)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
@@ -65,10 +67,19 @@ def test_malformed_files_never_run_code(tmp_path):
 
     base = {"format": "xpml-model", "format_version": 1}
     cases = {
-        "unknown class": {**base, "object": {"__object__": "os.system", "params": {}, "state": {}}},
+        "unknown class": {
+            **base,
+            "object": {"__object__": "os.system", "params": {}, "state": {}},
+        },
         "wrong tag": {"format": "pickle", "object": None},
-        "bad param": {**base, "object": {"__object__": "LinearRegression",
-                                          "params": {"evil": 1}, "state": {}}},
+        "bad param": {
+            **base,
+            "object": {
+                "__object__": "LinearRegression",
+                "params": {"evil": 1},
+                "state": {},
+            },
+        },
         "missing array": {**base, "object": {"__array__": "a0"}},
     }
     for name, doc in cases.items():
@@ -98,7 +109,9 @@ def test_unsaveable_parameter_is_refused(tmp_path):
         def __init__(self, f=None):
             self.f = f
 
-    with pytest.raises(TypeError, match="callables such as a custom kernel cannot be saved"):
+    with pytest.raises(
+        TypeError, match="callables such as a custom kernel cannot be saved"
+    ):
         _Holder(f=lambda x: x).save(tmp_path / "x.xpml")
 
 

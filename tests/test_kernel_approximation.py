@@ -25,7 +25,9 @@ def test_rff_gram_converges_like_one_over_sqrt_D():
     K = _rbf(X, X, 0.2)
     errs = []
     for D in (100, 1000, 10000):
-        Z = RandomFourierFeatures(gamma=0.2, n_components=D, random_state=0).fit_transform(X)
+        Z = RandomFourierFeatures(
+            gamma=0.2, n_components=D, random_state=0
+        ).fit_transform(X)
         E = np.abs(Z @ Z.T - K)
         errs.append((E.mean(), E.max()))
     means = [e[0] for e in errs]
@@ -41,7 +43,9 @@ def test_rff_formula_and_gamma_scale():
     W, b = rff.random_weights_, rff.random_offset_
     assert W.shape == (5, 50) and b.shape == (50,)
     assert np.all((b >= 0) & (b < 2 * np.pi))
-    np.testing.assert_allclose(rff.transform(X), np.sqrt(2 / 50) * np.cos(X @ W + b), atol=1e-14)
+    np.testing.assert_allclose(
+        rff.transform(X), np.sqrt(2 / 50) * np.cos(X @ W + b), atol=1e-14
+    )
     # same seed, same features; a different seed, different features
     again = RandomFourierFeatures(gamma="scale", n_components=50, random_state=3).fit(X)
     np.testing.assert_array_equal(again.transform(X), rff.transform(X))
@@ -51,9 +55,12 @@ def test_rff_formula_and_gamma_scale():
 
 def test_rff_same_features_on_every_backend(xp):
     X = _X(n=40)
-    ref = RandomFourierFeatures(gamma=0.3, n_components=64, random_state=0).fit_transform(X)
-    got = RandomFourierFeatures(gamma=0.3, n_components=64, random_state=0).fit_transform(
-        xp.asarray(X))
+    ref = RandomFourierFeatures(
+        gamma=0.3, n_components=64, random_state=0
+    ).fit_transform(X)
+    got = RandomFourierFeatures(
+        gamma=0.3, n_components=64, random_state=0
+    ).fit_transform(xp.asarray(X))
     assert xp.is_native(got)
     np.testing.assert_allclose(xp.to_numpy(got), ref, rtol=0, atol=1e-12)
 
@@ -79,38 +86,56 @@ def test_nystroem_exact_with_all_points_and_converges():
     assert errs[2] < 1e-2
 
 
-@pytest.mark.parametrize("kernel,params,m", [
-    ("rbf", {"gamma": 0.2}, 30),
-    ("laplacian", {"gamma": 0.1}, 30),
-    ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0}, 15),
-])
+@pytest.mark.parametrize(
+    "kernel,params,m",
+    [
+        ("rbf", {"gamma": 0.2}, 30),
+        ("laplacian", {"gamma": 0.1}, 30),
+        ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0}, 15),
+    ],
+)
 def test_nystroem_equals_sklearn_with_the_same_landmarks(kernel, params, m):
     """scikit-learn fitted on our landmarks alone (so it uses exactly them, in its
     own order) gives the same features up to that column order, to 1e-8."""
     X = _X(n=80)
     ours = Nystroem(kernel=kernel, n_components=m, random_state=0, **params).fit(X)
     idx = np.asarray(ours.component_indices_)
-    ref = sk_ka.Nystroem(kernel=kernel, n_components=m, random_state=0, **params).fit(X[idx])
+    ref = sk_ka.Nystroem(kernel=kernel, n_components=m, random_state=0, **params).fit(
+        X[idx]
+    )
     Z, Zs = ours.transform(X), ref.transform(X)
     order = np.asarray(ref.component_indices_)  # sklearn's basis = X[idx][order]
     np.testing.assert_allclose(Z[:, order], Zs, atol=1e-8 * np.abs(Zs).max())
-    np.testing.assert_allclose(np.asarray(ours.normalization_)[np.ix_(order, order)],
-                               ref.normalization_, atol=1e-8 * np.abs(ref.normalization_).max())
+    np.testing.assert_allclose(
+        np.asarray(ours.normalization_)[np.ix_(order, order)],
+        ref.normalization_,
+        atol=1e-8 * np.abs(ref.normalization_).max(),
+    )
 
 
 def test_nystroem_same_features_on_every_backend_and_callable_kernel(xp):
     X = _X(n=60)
     ref = Nystroem(gamma=0.3, n_components=25, random_state=1).fit_transform(X)
-    got = Nystroem(gamma=0.3, n_components=25, random_state=1).fit_transform(xp.asarray(X))
+    got = Nystroem(gamma=0.3, n_components=25, random_state=1).fit_transform(
+        xp.asarray(X)
+    )
     assert xp.is_native(got)
     np.testing.assert_allclose(xp.to_numpy(got), ref, atol=1e-10)
 
     def my_rbf(A, B, *, xp, g):
-        sq = xp.sum(A * A, axis=1)[:, None] + xp.sum(B * B, axis=1)[None, :] - 2.0 * (A @ B.T)
+        sq = (
+            xp.sum(A * A, axis=1)[:, None]
+            + xp.sum(B * B, axis=1)[None, :]
+            - 2.0 * (A @ B.T)
+        )
         return xp.exp(-g * sq)
 
-    cal = Nystroem(kernel=my_rbf, kernel_params={"g": 0.3}, n_components=25, random_state=1)
-    np.testing.assert_allclose(xp.to_numpy(cal.fit_transform(xp.asarray(X))), ref, atol=1e-8)
+    cal = Nystroem(
+        kernel=my_rbf, kernel_params={"g": 0.3}, n_components=25, random_state=1
+    )
+    np.testing.assert_allclose(
+        xp.to_numpy(cal.fit_transform(xp.asarray(X))), ref, atol=1e-8
+    )
 
 
 def test_nystroem_cuts_small_eigenvalues_and_warns_on_too_many_components():
@@ -130,5 +155,7 @@ def test_nystroem_transform_in_row_blocks_under_a_small_memory_budget(monkeypatc
     X = _X(n=50)
     ny = Nystroem(gamma=0.3, n_components=20, random_state=0).fit(X)
     whole = ny.transform(X)
-    monkeypatch.setattr(xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 20 * 3 * 6)  # 6 rows a block
+    monkeypatch.setattr(
+        xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 20 * 3 * 6
+    )  # 6 rows a block
     np.testing.assert_allclose(ny.transform(X), whole, rtol=1e-13, atol=1e-13)

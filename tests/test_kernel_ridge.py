@@ -45,8 +45,12 @@ def test_matches_sklearn_numpy(kernel, params):
     X, Y, Xt, sw = _data()
     for y in (Y, Y[:, 0]):
         for w in (None, sw):
-            ours = KernelRidge(alpha=0.5, kernel=kernel, **params).fit(X, y, sample_weight=w)
-            ref = sk_kr.KernelRidge(alpha=0.5, kernel=kernel, **params).fit(X, y, sample_weight=w)
+            ours = KernelRidge(alpha=0.5, kernel=kernel, **params).fit(
+                X, y, sample_weight=w
+            )
+            ref = sk_kr.KernelRidge(alpha=0.5, kernel=kernel, **params).fit(
+                X, y, sample_weight=w
+            )
             assert ours.predict(Xt).shape == ref.predict(Xt).shape
             assert _rel(ours.predict(Xt), ref.predict(Xt)) < 1e-8
             assert _rel(ours.dual_coef_, ref.dual_coef_) < 1e-8
@@ -57,9 +61,14 @@ def test_matches_sklearn_on_every_backend(xp):
     predictions to 1e-8 on numpy, read-only numpy, array_api_strict and torch."""
     X, Y, Xt, sw = _data(n=300)  # > one 256-row block of the portable substitution
     for alpha, w in ((0.7, None), ([0.1, 1.0, 10.0], sw)):
-        ref = sk_kr.KernelRidge(alpha=alpha, kernel="rbf", gamma=0.2).fit(X, Y, sample_weight=w)
+        ref = sk_kr.KernelRidge(alpha=alpha, kernel="rbf", gamma=0.2).fit(
+            X, Y, sample_weight=w
+        )
         ours = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.2).fit(
-            xp.asarray(X), xp.asarray(Y), sample_weight=None if w is None else xp.asarray(w))
+            xp.asarray(X),
+            xp.asarray(Y),
+            sample_weight=None if w is None else xp.asarray(w),
+        )
         pred = ours.predict(xp.asarray(Xt))
         assert xp.is_native(pred)
         assert _rel(xp.to_numpy(pred), ref.predict(Xt)) < 1e-8
@@ -80,7 +89,11 @@ def test_precomputed_and_callable_kernels_agree_with_builtin(xp):
     assert _rel(xp.to_numpy(pre.predict(xp.asarray(Kt))), ref.predict(Kt)) < 1e-8
 
     def my_rbf(A, B, *, xp, width):
-        sq = xp.sum(A * A, axis=1)[:, None] + xp.sum(B * B, axis=1)[None, :] - 2.0 * (A @ B.T)
+        sq = (
+            xp.sum(A * A, axis=1)[:, None]
+            + xp.sum(B * B, axis=1)[None, :]
+            - 2.0 * (A @ B.T)
+        )
         return xp.exp(-sq / (2.0 * width**2))
 
     width = (1.0 / (2.0 * gamma)) ** 0.5
@@ -136,11 +149,11 @@ def test_fifteen_noisy_sine_points_sigma_and_lambda_behaviour():
     err_small, dof_small, _ = fit(0.001, 1e-3)
     err_mid, dof_mid, _ = fit(0.15, 1e-3)
     err_big, dof_big, big = fit(10.0, 1e-3)
-    assert err_small < 1e-2 and dof_small > 14.9          # memorised
-    assert err_big > 0.5 * np.std(y) and dof_big < 3.0     # flattened
+    assert err_small < 1e-2 and dof_small > 14.9  # memorised
+    assert err_big > 0.5 * np.std(y) and dof_big < 3.0  # flattened
     assert dof_small > dof_mid > dof_big
     grid = np.linspace(0, 1, 200)[:, None]
-    f = big.predict(grid)                                  # no wiggles: nearly a line
+    f = big.predict(grid)  # no wiggles: nearly a line
     line = np.polyval(np.polyfit(grid[:, 0], f, 1), grid[:, 0])
     assert np.abs(f - line).max() < 0.05 * np.ptp(y)
     # λ: more regularisation, fewer effective parameters, larger training error
@@ -193,10 +206,14 @@ def test_float32_and_input_not_modified():
     X, Y, Xt, _ = _data()
     K = (X @ X.T).copy()
     K0 = K.copy()
-    KernelRidge(alpha=1.0, kernel="precomputed").fit(K, Y, sample_weight=np.ones(len(X)))
+    KernelRidge(alpha=1.0, kernel="precomputed").fit(
+        K, Y, sample_weight=np.ones(len(X))
+    )
     KernelRidge(alpha=1.0, kernel="precomputed").fit(K, Y)
     np.testing.assert_array_equal(K, K0)
-    kr = KernelRidge(alpha=1.0, kernel="rbf").fit(X.astype(np.float32), Y.astype(np.float32))
+    kr = KernelRidge(alpha=1.0, kernel="rbf").fit(
+        X.astype(np.float32), Y.astype(np.float32)
+    )
     p = kr.predict(Xt.astype(np.float32))
     assert p.dtype == np.float32
     ref = KernelRidge(alpha=1.0, kernel="rbf").fit(X, Y).predict(Xt)
@@ -221,5 +238,7 @@ def test_predict_in_row_blocks_under_a_small_memory_budget(monkeypatch):
     X, Y, Xt, _ = _data()
     kr = KernelRidge(alpha=0.5, kernel="rbf", gamma=0.3).fit(X, Y)
     whole = kr.predict(Xt)
-    monkeypatch.setattr(xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 80 * 3 * 7)  # 7 rows a block
+    monkeypatch.setattr(
+        xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 80 * 3 * 7
+    )  # 7 rows a block
     np.testing.assert_allclose(kr.predict(Xt), whole, rtol=1e-13, atol=1e-13)

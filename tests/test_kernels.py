@@ -26,18 +26,30 @@ def _data(seed=0, n=40, m=25, d=5):
 
 CASES = [
     ("linear", {}, lambda X, Y: pairwise.linear_kernel(X, Y)),
-    ("poly", {"degree": 3, "gamma": 0.3, "coef0": 1.5},
-     lambda X, Y: pairwise.polynomial_kernel(X, Y, degree=3, gamma=0.3, coef0=1.5)),
+    (
+        "poly",
+        {"degree": 3, "gamma": 0.3, "coef0": 1.5},
+        lambda X, Y: pairwise.polynomial_kernel(X, Y, degree=3, gamma=0.3, coef0=1.5),
+    ),
     ("poly", {}, lambda X, Y: pairwise.polynomial_kernel(X, Y)),
     ("rbf", {"gamma": 0.2}, lambda X, Y: pairwise.rbf_kernel(X, Y, gamma=0.2)),
     ("rbf", {}, lambda X, Y: pairwise.rbf_kernel(X, Y)),
-    ("sigmoid", {"gamma": 0.1, "coef0": 0.5},
-     lambda X, Y: pairwise.sigmoid_kernel(X, Y, gamma=0.1, coef0=0.5)),
-    ("laplacian", {"gamma": 0.4}, lambda X, Y: pairwise.laplacian_kernel(X, Y, gamma=0.4)),
+    (
+        "sigmoid",
+        {"gamma": 0.1, "coef0": 0.5},
+        lambda X, Y: pairwise.sigmoid_kernel(X, Y, gamma=0.1, coef0=0.5),
+    ),
+    (
+        "laplacian",
+        {"gamma": 0.4},
+        lambda X, Y: pairwise.laplacian_kernel(X, Y, gamma=0.4),
+    ),
 ]
 
 
-@pytest.mark.parametrize("kernel,params,ref", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "kernel,params,ref", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)]
+)
 def test_gram_equals_sklearn(xp, kernel, params, ref):
     X, Y = _data()
     K = gram(xp.asarray(X), xp.asarray(Y), kernel=kernel, **params)
@@ -53,9 +65,15 @@ def test_tiled_equals_untiled(xp, kernel):
     full = xp.to_numpy(gram(xp.asarray(X), kernel=kernel))
     tiled = xp.to_numpy(gram(xp.asarray(X), kernel=kernel, block_rows=5))
     np.testing.assert_allclose(tiled, full, rtol=1e-13, atol=1e-15)
-    budget = xp.to_numpy(gram(xp.asarray(X), xp.asarray(Y), kernel=kernel, memory_budget=4096))
-    np.testing.assert_allclose(budget, xp.to_numpy(gram(xp.asarray(X), xp.asarray(Y), kernel=kernel)),
-                               rtol=1e-13, atol=1e-15)
+    budget = xp.to_numpy(
+        gram(xp.asarray(X), xp.asarray(Y), kernel=kernel, memory_budget=4096)
+    )
+    np.testing.assert_allclose(
+        budget,
+        xp.to_numpy(gram(xp.asarray(X), xp.asarray(Y), kernel=kernel)),
+        rtol=1e-13,
+        atol=1e-15,
+    )
 
 
 def test_rbf_diagonal_exactly_one(xp):
@@ -66,8 +84,9 @@ def test_rbf_diagonal_exactly_one(xp):
 
 def test_sigma_form():
     X, _ = _data()
-    np.testing.assert_allclose(gram(X, kernel="rbf", sigma=2.0), gram(X, kernel="rbf", gamma=1 / 8),
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        gram(X, kernel="rbf", sigma=2.0), gram(X, kernel="rbf", gamma=1 / 8), rtol=1e-15
+    )
     with pytest.raises(ValueError, match="either gamma or sigma"):
         gram(X, kernel="rbf", sigma=1.0, gamma=1.0)
 
@@ -85,13 +104,17 @@ def test_callable_kernel(xp):
 def test_blocks_follow_budget():
     X, _ = _data(n=100)
     blocks = list(gram_blocks(X, kernel="rbf", memory_budget=100 * 8 * 3 * 10))
-    assert [(a, b) for a, b, _ in blocks] == [(i, min(i + 10, 100)) for i in range(0, 100, 10)]
+    assert [(a, b) for a, b, _ in blocks] == [
+        (i, min(i + 10, 100)) for i in range(0, 100, 10)
+    ]
     assert all(K.shape == (b - a, 100) for a, b, K in blocks)
 
 
 def test_unknown_kernel_message():
     X, _ = _data()
-    with pytest.raises(ValueError, match=r"unknown kernel 'rbff'; allowed kernels are 'linear'"):
+    with pytest.raises(
+        ValueError, match=r"unknown kernel 'rbff'; allowed kernels are 'linear'"
+    ):
         gram(X, kernel="rbff")
 
 
@@ -122,8 +145,10 @@ def test_fast_paths_agree_with_portable(xp):
     def owned(a):  # a writable temporary, as the kernels' own products are
         return xp.xp.asarray(xp.asarray(a), copy=True)
 
-    np.testing.assert_array_equal(xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=True)),
-                                  xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=False)))
+    np.testing.assert_array_equal(
+        xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=True)),
+        xp.to_numpy(_clamp_exp_(owned(X @ Y.T), xp=xp.xp, fast=False)),
+    )
     M1, M2 = owned(X @ X.T), owned(X @ X.T)
     _zero_diagonal_(M1, 0, xp=xp.xp, fast=True)
     _zero_diagonal_(M2, 0, xp=xp.xp, fast=False)
@@ -187,8 +212,13 @@ def test_asymmetric_is_not_psd():
 def test_poly2_feature_map(xp):
     X, Y = _data(5, n=10, m=8, d=3)
     for c in (0.0, 1.0, 2.5):
-        P, Q = poly2_features(xp.asarray(X), coef0=c), poly2_features(xp.asarray(Y), coef0=c)
-        np.testing.assert_allclose(xp.to_numpy(P @ Q.T), (X @ Y.T + c) ** 2, rtol=1e-14, atol=1e-13)
+        P, Q = (
+            poly2_features(xp.asarray(X), coef0=c),
+            poly2_features(xp.asarray(Y), coef0=c),
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(P @ Q.T), (X @ Y.T + c) ** 2, rtol=1e-14, atol=1e-13
+        )
 
 
 def test_rbf_taylor_features_converge():
@@ -233,5 +263,7 @@ def test_ranking_factors_give_distance_less_query_norm(xp):
     S = query_factor(xp.asarray(X), xp=xp.xp) @ point_factor(xp.asarray(Y), xp=xp.xp).T
     ref = cdist(X, Y, "sqeuclidean") - (X * X).sum(1)[:, None]
     np.testing.assert_allclose(xp.to_numpy(S), ref, rtol=1e-12, atol=1e-12)
-    np.testing.assert_array_equal(np.argsort(xp.to_numpy(S), axis=1, kind="stable")[:, :3],
-                                  np.argsort(cdist(X, Y), axis=1, kind="stable")[:, :3])
+    np.testing.assert_array_equal(
+        np.argsort(xp.to_numpy(S), axis=1, kind="stable")[:, :3],
+        np.argsort(cdist(X, Y), axis=1, kind="stable")[:, :3],
+    )

@@ -22,7 +22,9 @@ def test_compact_svd_drops_zero_singular_values(xp, rng):
     np.testing.assert_allclose(s, np.linalg.svd(A, compute_uv=False)[:3], rtol=1e-12)
 
 
-@pytest.mark.parametrize("shape,rank", [((30, 8), 3), ((8, 30), 8), ((10, 10), 10), ((6, 6), 0)])
+@pytest.mark.parametrize(
+    "shape,rank", [((30, 8), 3), ((8, 30), 8), ((10, 10), 10), ((6, 6), 0)]
+)
 def test_pinv_equals_numpy(xp, rng, shape, rank):
     n, d = shape
     A = _rank_deficient(rng, n, d, rank) if rank else np.zeros(shape)
@@ -46,7 +48,7 @@ def test_right_singular_fast_path_agrees_with_portable(xp):
     from xpml.linalg import right_singular, svd_flip
 
     A = np.random.default_rng(3).normal(size=(200, 12)) * np.logspace(0, 3, 12)
-    for B in (A, A[:20, :]):          # tall (R factor) and not tall (plain SVD)
+    for B in (A, A[:20, :]):  # tall (R factor) and not tall (plain SVD)
         M = xp.asarray(B)
         s1, V1 = right_singular(M, xp=xp.xp, fast=True)
         s2, V2 = right_singular(M, xp=xp.xp, fast=False)
@@ -54,4 +56,6 @@ def test_right_singular_fast_path_agrees_with_portable(xp):
         _, V1 = svd_flip(None, V1, xp=xp.xp)
         _, V2 = svd_flip(None, V2, xp=xp.xp)
         np.testing.assert_allclose(xp.to_numpy(V1), xp.to_numpy(V2), atol=1e-10)
-        np.testing.assert_allclose(xp.to_numpy(s1), np.linalg.svd(B, compute_uv=False), rtol=1e-12)
+        np.testing.assert_allclose(
+            xp.to_numpy(s1), np.linalg.svd(B, compute_uv=False), rtol=1e-12
+        )

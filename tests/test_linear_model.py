@@ -40,12 +40,12 @@ def cancer():
 def test_linear_regression_rank_deficient_is_pinv_and_sklearn(xp):
     rng = np.random.default_rng(1)
     A = rng.normal(size=(40, 3))
-    X = np.hstack([A, A[:, :1] + A[:, 1:2], 2.0 * A[:, 2:3]])      # rank 3 of 5
+    X = np.hstack([A, A[:, :1] + A[:, 1:2], 2.0 * A[:, 2:3]])  # rank 3 of 5
     y = rng.normal(size=40)
     m = LinearRegression().fit(xp.asarray(X), xp.asarray(y))
     coef, b = xp.to_numpy(m.coef_), float(xp.to_numpy(m.intercept_))
     Xc, yc = X - X.mean(0), y - y.mean()
-    w = np.linalg.pinv(Xc) @ yc                                     # minimum-norm solution
+    w = np.linalg.pinv(Xc) @ yc  # minimum-norm solution
     np.testing.assert_allclose(coef, w, rtol=0, atol=1e-8)
     ref = sk.LinearRegression().fit(X, y)
     np.testing.assert_allclose(coef, ref.coef_, rtol=0, atol=1e-8)
@@ -55,7 +55,9 @@ def test_linear_regression_rank_deficient_is_pinv_and_sklearn(xp):
 
 def test_linear_regression_weighted_equals_sklearn(xp):
     X, y, sw = _regression()
-    m = LinearRegression().fit(xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(sw))
+    m = LinearRegression().fit(
+        xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(sw)
+    )
     ref = sk.LinearRegression().fit(X, y, sample_weight=sw)
     np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-8)
 
@@ -68,17 +70,24 @@ def test_ridge_equals_sklearn(xp, solver):
         for fit_intercept in (True, False):
             kw = dict(alpha=2.5, fit_intercept=fit_intercept)
             m = Ridge(solver=solver, **kw).fit(
-                xp.asarray(X), xp.asarray(y),
-                sample_weight=None if weights is None else xp.asarray(weights))
+                xp.asarray(X),
+                xp.asarray(y),
+                sample_weight=None if weights is None else xp.asarray(weights),
+            )
             ref = sk.Ridge(**kw).fit(X, y, sample_weight=weights)
-            np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-8)
-            np.testing.assert_allclose(xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-8)
-            np.testing.assert_allclose(xp.to_numpy(m.predict(xp.asarray(X))), ref.predict(X),
-                                       atol=1e-8)
+            np.testing.assert_allclose(
+                xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-8
+            )
+            np.testing.assert_allclose(
+                xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-8
+            )
+            np.testing.assert_allclose(
+                xp.to_numpy(m.predict(xp.asarray(X))), ref.predict(X), atol=1e-8
+            )
 
 
 def test_ridge_multi_output_and_wide_data(xp):
-    X, Y, _ = _regression(n=20, d=50, targets=3)                   # d > n: dual by shape
+    X, Y, _ = _regression(n=20, d=50, targets=3)  # d > n: dual by shape
     m = Ridge(alpha=0.7).fit(xp.asarray(X), xp.asarray(Y))
     assert m.solver_ == "dual"
     ref = sk.Ridge(alpha=0.7).fit(X, Y)
@@ -90,7 +99,7 @@ def test_ridge_multi_output_and_wide_data(xp):
 
 def test_ridge_intercept_is_not_penalised():
     X, y, _ = _regression()
-    m = Ridge(alpha=1e8).fit(X, y + 100.0)         # slopes crushed, intercept = mean
+    m = Ridge(alpha=1e8).fit(X, y + 100.0)  # slopes crushed, intercept = mean
     assert np.abs(m.coef_).max() < 1e-5
     assert abs(float(m.intercept_) - (y + 100.0).mean()) < 1e-4
 
@@ -101,10 +110,15 @@ def test_lasso_equals_sklearn(xp):
     for weights in (None, sw):
         for alpha in (0.01, 0.1, 0.5):
             kw = dict(alpha=alpha, tol=1e-12, max_iter=100_000)
-            m = Lasso(**kw).fit(xp.asarray(X), xp.asarray(y),
-                                sample_weight=None if weights is None else xp.asarray(weights))
+            m = Lasso(**kw).fit(
+                xp.asarray(X),
+                xp.asarray(y),
+                sample_weight=None if weights is None else xp.asarray(weights),
+            )
             ref = sk.Lasso(**kw).fit(X, y, sample_weight=weights)
-            np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(
+                xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-6
+            )
             assert abs(float(xp.to_numpy(m.intercept_)) - ref.intercept_) < 1e-6
 
 
@@ -121,20 +135,23 @@ def test_lasso_penalty_scale_mapping_and_exact_zeros():
 
     rng = np.random.default_rng(0)
     best = f(m.coef_, m.intercept_)
-    for _ in range(200):                                     # no nearby point does better
+    for _ in range(200):  # no nearby point does better
         dw = rng.normal(scale=1e-3, size=6)
         assert f(m.coef_ + dw, m.intercept_ + rng.normal(scale=1e-3)) >= best - 1e-9
     # zeros appear as α grows; at α_max every slope is exactly zero
     a_max = np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / n
-    nnz = [np.count_nonzero(Lasso(alpha=a).fit(X, y).coef_)
-           for a in a_max * np.array([1e-4, 0.3, 0.7, 1.0 + 1e-9])]
+    nnz = [
+        np.count_nonzero(Lasso(alpha=a).fit(X, y).coef_)
+        for a in a_max * np.array([1e-4, 0.3, 0.7, 1.0 + 1e-9])
+    ]
     assert nnz == sorted(nnz, reverse=True) and nnz[-1] == 0 and nnz[0] == 6
 
 
 def test_lasso_path_equals_sklearn(xp):
     X, y, _ = _regression(n=50, d=6)
-    al, coefs, gaps = lasso_path(xp.asarray(X), xp.asarray(y), n_alphas=8, tol=1e-12,
-                                 max_iter=100_000)
+    al, coefs, gaps = lasso_path(
+        xp.asarray(X), xp.asarray(y), n_alphas=8, tol=1e-12, max_iter=100_000
+    )
     ref_al, ref_coefs, _ = sk.lasso_path(X, y, alphas=8, tol=1e-12, max_iter=100_000)
     np.testing.assert_allclose(xp.to_numpy(al), ref_al, rtol=1e-12)
     np.testing.assert_allclose(xp.to_numpy(coefs), ref_coefs, atol=1e-6)
@@ -155,8 +172,9 @@ def test_logistic_newton_equals_sklearn_breast_cancer(xp, cancer):
         ref = sk.LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(X, y)
         np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-5)
         np.testing.assert_allclose(xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-5)
-        np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(X))),
-                                   ref.predict_proba(X), atol=1e-6)
+        np.testing.assert_allclose(
+            xp.to_numpy(m.predict_proba(xp.asarray(X))), ref.predict_proba(X), atol=1e-6
+        )
     # the exact optimum (sklearn's Newton solver, run to machine precision)
     exact = sk.LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-14).fit(X, y)
     m = LogisticRegression(C=1.0, tol=1e-12).fit(X, y)
@@ -169,8 +187,9 @@ def test_logistic_multinomial_equals_sklearn(xp):
     m = LogisticRegression(C=0.5, tol=1e-12).fit(xp.asarray(X), xp.asarray(y))
     ref = sk.LogisticRegression(C=0.5, tol=1e-12, max_iter=10_000).fit(X, y)
     np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, atol=1e-5)
-    np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(X))), ref.predict_proba(X),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X))), ref.predict_proba(X), atol=1e-6
+    )
     lp = xp.to_numpy(m.predict_log_proba(xp.asarray(X)))
     np.testing.assert_allclose(np.exp(lp), ref.predict_proba(X), atol=1e-6)
 
@@ -178,10 +197,10 @@ def test_logistic_multinomial_equals_sklearn(xp):
 def test_logistic_intercept_unpenalised():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 2))
-    y = (rng.uniform(size=200) < 0.9).astype(int)              # 90 % positives, X useless
-    m = LogisticRegression(C=1e-6).fit(X, y)                  # slopes crushed to ~0 ...
+    y = (rng.uniform(size=200) < 0.9).astype(int)  # 90 % positives, X useless
+    m = LogisticRegression(C=1e-6).fit(X, y)  # slopes crushed to ~0 ...
     assert np.abs(m.coef_).max() < 1e-3
-    p = m.predict_proba(X)[:, 1]                               # ... but the base rate is kept
+    p = m.predict_proba(X)[:, 1]  # ... but the base rate is kept
     np.testing.assert_allclose(p, y.mean(), atol=1e-3)
 
 
@@ -192,9 +211,16 @@ def test_logistic_first_order_solvers_reach_newton(solver, cancer):
     exact = LogisticRegression(C=1.0, tol=1e-12).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        m = LogisticRegression(C=1.0, solver=solver, max_iter=3000 if solver == "gd" else 200,
-                               tol=1e-9, random_state=0).fit(X, y)
-    np.testing.assert_allclose(m.coef_, exact.coef_, atol=1e-2 if solver == "gd" else 0.25)
+        m = LogisticRegression(
+            C=1.0,
+            solver=solver,
+            max_iter=3000 if solver == "gd" else 200,
+            tol=1e-9,
+            random_state=0,
+        ).fit(X, y)
+    np.testing.assert_allclose(
+        m.coef_, exact.coef_, atol=1e-2 if solver == "gd" else 0.25
+    )
     assert (m.predict(X) == exact.predict(X)).mean() > 0.98
 
 
@@ -202,7 +228,7 @@ def _separable(n=24, seed=3):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2))
     y = (X[:, 0] + 0.5 * X[:, 1] > 0.3).astype(int)
-    X = X + 0.4 * (2 * y - 1)[:, None] * np.array([1.0, 0.5])   # open a margin
+    X = X + 0.4 * (2 * y - 1)[:, None] * np.array([1.0, 0.5])  # open a margin
     return X, y
 
 
@@ -213,10 +239,20 @@ def _max_margin_augmented(X, y):
 
     A = np.hstack([np.ones((len(X), 1)), X])
     s = 2.0 * y - 1.0
-    res = minimize(lambda u: 0.5 * u @ u, np.zeros(3), jac=lambda u: u, method="SLSQP",
-                   constraints=[{"type": "ineq", "fun": lambda u: s * (A @ u) - 1.0,
-                                 "jac": lambda u: s[:, None] * A}],
-                   options={"ftol": 1e-14, "maxiter": 500})
+    res = minimize(
+        lambda u: 0.5 * u @ u,
+        np.zeros(3),
+        jac=lambda u: u,
+        method="SLSQP",
+        constraints=[
+            {
+                "type": "ineq",
+                "fun": lambda u: s * (A @ u) - 1.0,
+                "jac": lambda u: s[:, None] * A,
+            }
+        ],
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
     assert res.success
     return res.x / np.linalg.norm(res.x)
 
@@ -236,20 +272,26 @@ def test_logistic_gd_separable_warns_stops_and_turns_to_max_margin():
     # cross-check the direction with scikit-learn's SVC on the augmented features
     from sklearn.svm import LinearSVC
 
-    svc = LinearSVC(C=1e6, loss="hinge", fit_intercept=False, tol=1e-10,
-                    max_iter=1_000_000).fit(np.hstack([np.ones((len(X), 1)), X]), y)
+    svc = LinearSVC(
+        C=1e6, loss="hinge", fit_intercept=False, tol=1e-10, max_iter=1_000_000
+    ).fit(np.hstack([np.ones((len(X), 1)), X]), y)
     v = svc.coef_[0] / np.linalg.norm(svc.coef_[0])
     assert np.degrees(np.arccos(np.clip(u @ v, -1, 1))) < 0.5
     angles = []
     for steps in (10, 100, 1000, 10000):
         with pytest.warns(SeparableDataWarning, match="separable"):
-            m = LogisticRegression(penalty=None, solver="gd", max_iter=steps,
-                                   learning_rate=1.0).fit(X, y)
+            m = LogisticRegression(
+                penalty=None, solver="gd", max_iter=steps, learning_rate=1.0
+            ).fit(X, y)
         assert m.n_iter_ == steps and not m.converged_
         theta = np.concatenate([m.intercept_, m.coef_[0]])
         assert np.all(np.isfinite(theta))
-        angles.append(np.degrees(np.arccos(np.clip(theta @ u / np.linalg.norm(theta), -1, 1))))
-    assert all(a > b for a, b in zip(angles, angles[1:])), angles     # ~28°, 14°, 7.4°, 4.3°
+        angles.append(
+            np.degrees(np.arccos(np.clip(theta @ u / np.linalg.norm(theta), -1, 1)))
+        )
+    assert all(a > b for a, b in zip(angles, angles[1:])), (
+        angles
+    )  # ~28°, 14°, 7.4°, 4.3°
     assert angles[-1] < 0.25 * angles[0]
 
 
@@ -267,10 +309,15 @@ def test_logistic_parity_gd_sgd(xp, cancer):
     for solver in ("gd", "sgd"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            ref = LogisticRegression(solver=solver, max_iter=30, random_state=0).fit(X, y)
+            ref = LogisticRegression(solver=solver, max_iter=30, random_state=0).fit(
+                X, y
+            )
             m = LogisticRegression(solver=solver, max_iter=30, random_state=0).fit(
-                xp.asarray(X), xp.asarray(y))
-        np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=1e-9, atol=1e-12)
+                xp.asarray(X), xp.asarray(y)
+            )
+        np.testing.assert_allclose(
+            xp.to_numpy(m.coef_), ref.coef_, rtol=1e-9, atol=1e-12
+        )
 
 
 # -------------------------------------------------------------- perceptron
@@ -292,13 +339,17 @@ def test_perceptron_equals_sklearn_in_order(xp):
     X, y = _separable(n=80, seed=5)
     y3 = np.arange(80) % 3
     for labels, epochs in ((y, 1), (y3, 3)):
-        m = Perceptron(max_iter=epochs, shuffle=False).fit(xp.asarray(X), xp.asarray(labels))
+        m = Perceptron(max_iter=epochs, shuffle=False).fit(
+            xp.asarray(X), xp.asarray(labels)
+        )
         ref = SkPerceptron(max_iter=epochs, shuffle=False, tol=None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref.fit(X, labels)
         np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-12)
+        np.testing.assert_allclose(
+            xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-12
+        )
 
 
 def test_perceptron_separable_converges(xp):
@@ -316,10 +367,12 @@ def test_sequential_feature_selector_equals_sklearn(direction):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 7))
     y = 3 * X[:, 1] - 2 * X[:, 4] + X[:, 6] + 0.5 * rng.normal(size=80)
-    m = SequentialFeatureSelector(LinearRegression(), n_features_to_select=3,
-                                  direction=direction, cv=4).fit(X, y)
-    ref = SkSFS(sk.LinearRegression(), n_features_to_select=3, direction=direction,
-                cv=4).fit(X, y)
+    m = SequentialFeatureSelector(
+        LinearRegression(), n_features_to_select=3, direction=direction, cv=4
+    ).fit(X, y)
+    ref = SkSFS(
+        sk.LinearRegression(), n_features_to_select=3, direction=direction, cv=4
+    ).fit(X, y)
     np.testing.assert_array_equal(m.support_, ref.get_support())
     assert np.flatnonzero(m.support_).tolist() == [1, 4, 6]
     assert m.transform(X).shape == (80, 3)
@@ -356,9 +409,21 @@ def test_blocked_products_equal_one_block(xp):
     one = _centred_normal_equations(Xb, yb, xo, yo, xp.xp.sqrt(swb), xp=xp.xp, rows=101)
     blk = _centred_normal_equations(Xb, yb, xo, yo, xp.xp.sqrt(swb), xp=xp.xp, rows=13)
     for a, b in zip(one, blk):
-        np.testing.assert_allclose(xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12)
-    z, y01, w = xp.asarray(X @ np.ones(7) * 0.1), xp.asarray((y > 1).astype(float)), xp.asarray(np.ones(7))
-    one = _binary_newton_system(Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=101)
-    blk = _binary_newton_system(Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=10)
+        np.testing.assert_allclose(
+            xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12
+        )
+    z, y01, w = (
+        xp.asarray(X @ np.ones(7) * 0.1),
+        xp.asarray((y > 1).astype(float)),
+        xp.asarray(np.ones(7)),
+    )
+    one = _binary_newton_system(
+        Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=101
+    )
+    blk = _binary_newton_system(
+        Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=10
+    )
     for a, b in zip(one, blk):
-        np.testing.assert_allclose(xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12
+        )

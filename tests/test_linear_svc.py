@@ -22,8 +22,14 @@ def _breast_cancer():
 
 
 def _synthetic(n=300, k=3):
-    X, y = sk_datasets.make_classification(n_samples=n, n_features=10, n_informative=6,
-                                           n_classes=k, n_clusters_per_class=1, random_state=0)
+    X, y = sk_datasets.make_classification(
+        n_samples=n,
+        n_features=10,
+        n_informative=6,
+        n_classes=k,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
     X = (X - X.mean(0)) / X.std(0)
     return X[:200], y[:200], X[200:], y[200:]
 
@@ -64,8 +70,14 @@ def test_duality_gap_closes(loss):
     Xtr, ytr, _, _ = _synthetic(n=200, k=2)
     gaps = []
     for tol in (1e-1, 1e-5):
-        est = LinearSVC(loss=loss, C=0.5, fit_intercept=False, tol=tol, random_state=0,
-                        max_iter=5000).fit(Xtr, ytr)
+        est = LinearSVC(
+            loss=loss,
+            C=0.5,
+            fit_intercept=False,
+            tol=tol,
+            random_state=0,
+            max_iter=5000,
+        ).fit(Xtr, ytr)
         gap = float(est.primal_objective_[0] - est.dual_objective_[0])
         assert gap >= -1e-10
         gaps.append(gap / float(est.primal_objective_[0]))
@@ -98,7 +110,9 @@ def test_intercept_by_augmentation_matches_liblinear():
         assert ours.intercept_.shape == (3,)
         ref_scale = np.abs(ref.coef_).max()
         np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-3 * ref_scale)
-        np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-3 * ref_scale)
+        np.testing.assert_allclose(
+            ours.intercept_, ref.intercept_, atol=1e-3 * ref_scale
+        )
         assert abs(_acc(ours, Xte, yte) - _acc(ref, Xte, yte)) <= 0.005
 
 
@@ -118,7 +132,9 @@ def test_sample_weights_equal_repetition_and_removal():
 def test_same_model_on_every_backend(xp):
     """One seed, one model: coefficients to 1e-8 and identical predictions (3 classes)."""
     rng = np.random.default_rng(1)
-    X = np.concatenate([rng.normal(size=(12, 3)) + c for c in ([3, 0, 0], [0, 3, 0], [0, 0, 3])])
+    X = np.concatenate(
+        [rng.normal(size=(12, 3)) + c for c in ([3, 0, 0], [0, 3, 0], [0, 0, 3])]
+    )
     y = np.repeat(np.array([3, 5, 7]), 12)
     kw = dict(C=0.5, tol=1e-3, max_iter=15, random_state=0)
     with warnings.catch_warnings():

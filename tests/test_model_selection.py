@@ -15,7 +15,9 @@ from xpml.model_selection import (
 
 def test_train_test_split_keeps_library_and_rows(xp):
     X, y = linear(n=20)
-    Xtr, Xte, ytr, yte = train_test_split(xp.asarray(X), xp.asarray(y), test_size=0.25, random_state=0)
+    Xtr, Xte, ytr, yte = train_test_split(
+        xp.asarray(X), xp.asarray(y), test_size=0.25, random_state=0
+    )
     assert xp.is_native(Xtr) and xp.is_native(yte)
     assert Xtr.shape == (15, 4) and Xte.shape == (5, 4)
     # rows stay paired and nothing is lost
@@ -39,7 +41,9 @@ def test_split_sizes_and_errors():
 
 def test_stratified_split_keeps_proportions():
     y = np.array([0] * 80 + [1] * 20)
-    _, _, ytr, yte = train_test_split(np.zeros((100, 1)), y, test_size=0.2, stratify=y, random_state=0)
+    _, _, ytr, yte = train_test_split(
+        np.zeros((100, 1)), y, test_size=0.2, stratify=y, random_state=0
+    )
     assert (yte == 1).sum() == 4 and (ytr == 1).sum() == 16
 
 
@@ -55,7 +59,9 @@ def test_kfold_partitions():
 
 def test_stratified_kfold_balances_classes():
     y = np.array([0] * 30 + [1] * 15)
-    for _, te in StratifiedKFold(3, shuffle=True, random_state=0).split(np.zeros(45), y):
+    for _, te in StratifiedKFold(3, shuffle=True, random_state=0).split(
+        np.zeros(45), y
+    ):
         assert (y[te] == 0).sum() == 10 and (y[te] == 1).sum() == 5
 
 
@@ -64,7 +70,9 @@ def test_cross_val_score(xp):
     s = cross_val_score(LinearRegression(), xp.asarray(X), xp.asarray(y), cv=4)
     assert s.shape == (4,)
     np.testing.assert_allclose(s, 1.0, atol=1e-12)
-    mse = cross_val_score(LinearRegression(), X, y, cv=KFold(5), scoring="neg_mean_squared_error")
+    mse = cross_val_score(
+        LinearRegression(), X, y, cv=KFold(5), scoring="neg_mean_squared_error"
+    )
     np.testing.assert_allclose(mse, 0.0, atol=1e-20)
     with pytest.raises(ValueError, match="unknown scoring"):
         cross_val_score(LinearRegression(), X, y, scoring="nope")

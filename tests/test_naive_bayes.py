@@ -29,8 +29,9 @@ def test_multinomial_nb_equals_sklearn_on_digit_counts(xp, digits, alpha):
     P = m.predict_proba(xp.asarray(X))
     assert xp.is_native(P)
     np.testing.assert_allclose(xp.to_numpy(P), ref.predict_proba(X), rtol=0, atol=1e-10)
-    np.testing.assert_allclose(xp.to_numpy(m.feature_log_prob_), ref.feature_log_prob_,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.feature_log_prob_), ref.feature_log_prob_, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.3])
@@ -39,8 +40,12 @@ def test_bernoulli_nb_equals_sklearn_on_binarised_digits(xp, digits, alpha):
     Xb = (X > 7).astype(np.float64)
     m = BernoulliNB(alpha=alpha).fit(xp.asarray(Xb), xp.asarray(y))
     ref = sk.BernoulliNB(alpha=alpha).fit(Xb, y)
-    np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(Xb))),
-                               ref.predict_proba(Xb), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(Xb))),
+        ref.predict_proba(Xb),
+        rtol=0,
+        atol=1e-10,
+    )
     # the binarize threshold does the same on the raw counts
     t = BernoulliNB(alpha=alpha, binarize=7.0).fit(X, y)
     np.testing.assert_allclose(t.predict_proba(X), ref.predict_proba(Xb), atol=1e-10)
@@ -50,24 +55,34 @@ def test_gaussian_nb_equals_sklearn_on_breast_cancer(xp, cancer):
     X, y = cancer
     m = GaussianNB().fit(xp.asarray(X), xp.asarray(y))
     ref = sk.GaussianNB().fit(X, y)
-    np.testing.assert_allclose(xp.to_numpy(m.predict_proba(xp.asarray(X))), ref.predict_proba(X),
-                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X))),
+        ref.predict_proba(X),
+        rtol=0,
+        atol=1e-10,
+    )
     np.testing.assert_allclose(xp.to_numpy(m.var_), ref.var_, rtol=1e-12)
 
 
 def test_sample_weights_equal_sklearn(digits, cancer):
     X, y = digits
     w = np.random.default_rng(0).uniform(0.1, 3.0, len(y))
-    for ours, theirs, data in ((MultinomialNB(), sk.MultinomialNB(), X),
-                               (BernoulliNB(binarize=7.0), sk.BernoulliNB(binarize=7.0), X)):
-        np.testing.assert_allclose(ours.fit(data, y, sample_weight=w).predict_proba(data),
-                                   theirs.fit(data, y, sample_weight=w).predict_proba(data),
-                                   atol=1e-10)
+    for ours, theirs, data in (
+        (MultinomialNB(), sk.MultinomialNB(), X),
+        (BernoulliNB(binarize=7.0), sk.BernoulliNB(binarize=7.0), X),
+    ):
+        np.testing.assert_allclose(
+            ours.fit(data, y, sample_weight=w).predict_proba(data),
+            theirs.fit(data, y, sample_weight=w).predict_proba(data),
+            atol=1e-10,
+        )
     Xc, yc = cancer
     wc = np.random.default_rng(1).uniform(0.1, 3.0, len(yc))
-    np.testing.assert_allclose(GaussianNB().fit(Xc, yc, sample_weight=wc).predict_proba(Xc),
-                               sk.GaussianNB().fit(Xc, yc, sample_weight=wc).predict_proba(Xc),
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        GaussianNB().fit(Xc, yc, sample_weight=wc).predict_proba(Xc),
+        sk.GaussianNB().fit(Xc, yc, sample_weight=wc).predict_proba(Xc),
+        atol=1e-10,
+    )
 
 
 def test_alpha_zero_unseen_words_give_no_nan(xp):
@@ -77,11 +92,16 @@ def test_alpha_zero_unseen_words_give_no_nan(xp):
     m = MultinomialNB(alpha=0.0).fit(xp.asarray(X), xp.asarray(y))
     flp = xp.to_numpy(m.feature_log_prob_)
     assert flp[0, 3] == -np.inf and flp[1, 2] == -np.inf
-    T = np.array([[1, 1, 0, 0],        # both classes possible
-                  [0, 1, 1, 0],        # word 2: class 1 impossible
-                  [0, 0, 0, 1],        # word 3: class 0 impossible
-                  [0, 0, 1, 1],        # both unseen words: every class is −inf
-                  [0, 0, 0, 0]], dtype=float)   # empty document: the prior
+    T = np.array(
+        [
+            [1, 1, 0, 0],  # both classes possible
+            [0, 1, 1, 0],  # word 2: class 1 impossible
+            [0, 0, 0, 1],  # word 3: class 0 impossible
+            [0, 0, 1, 1],  # both unseen words: every class is −inf
+            [0, 0, 0, 0],
+        ],
+        dtype=float,
+    )  # empty document: the prior
     P = xp.to_numpy(m.predict_proba(xp.asarray(T)))
     L = xp.to_numpy(m.predict_log_proba(xp.asarray(T)))
     J = xp.to_numpy(m.predict_joint_log_proba(xp.asarray(T)))
@@ -90,7 +110,7 @@ def test_alpha_zero_unseen_words_give_no_nan(xp):
     assert P[1, 1] == 0.0 and P[1, 0] == 1.0 and P[2, 0] == 0.0 and P[2, 1] == 1.0
     assert np.all(J[3] == -np.inf)
     prior = np.exp(xp.to_numpy(m.class_log_prior_))
-    np.testing.assert_allclose(P[3], prior, atol=1e-15)           # documented fall-back
+    np.testing.assert_allclose(P[3], prior, atol=1e-15)  # documented fall-back
     np.testing.assert_allclose(P[4], prior, atol=1e-15)
     # Bernoulli with α = 0: a feature always (or never) present in a class
     b = BernoulliNB(alpha=0.0).fit(xp.asarray((X > 0).astype(float)), xp.asarray(y))
@@ -105,19 +125,21 @@ def _log_odds(model, X):
 
 
 @pytest.mark.parametrize("kind", ["multinomial", "bernoulli", "gaussian"])
-def test_duplicated_features_multiply_log_odds_and_ruin_calibration(kind, digits, cancer):
+def test_duplicated_features_multiply_log_odds_and_ruin_calibration(
+    kind, digits, cancer
+):
     if kind == "gaussian":
         X, y = cancer
-        make = lambda: GaussianNB(priors=[0.5, 0.5])                     # noqa: E731
+        make = lambda: GaussianNB(priors=[0.5, 0.5])  # noqa: E731
     else:
         X, y = digits
         keep = (y == 3) | (y == 8)
         X, y = X[keep], (y[keep] == 8).astype(int)
         if kind == "bernoulli":
             X = (X > 7).astype(float)
-            make = lambda: BernoulliNB(fit_prior=False)                  # noqa: E731
+            make = lambda: BernoulliNB(fit_prior=False)  # noqa: E731
         else:
-            make = lambda: MultinomialNB(fit_prior=False)                # noqa: E731
+            make = lambda: MultinomialNB(fit_prior=False)  # noqa: E731
     base = make().fit(X, y)
     lo = _log_odds(base, X)
     ece = [expected_calibration_error(y, base.predict_proba(X)[:, 1])]
@@ -125,9 +147,12 @@ def test_duplicated_features_multiply_log_odds_and_ruin_calibration(kind, digits
     for k in (2, 3, 5):
         Xk = np.tile(X, (1, k))
         mk = make().fit(Xk, y)
-        np.testing.assert_allclose(_log_odds(mk, Xk), k * lo, rtol=1e-10,
-                                   atol=1e-10 * np.abs(lo).max())
-        np.testing.assert_array_equal(mk.predict(Xk), base.predict(X))   # accuracy unchanged
+        np.testing.assert_allclose(
+            _log_odds(mk, Xk), k * lo, rtol=1e-10, atol=1e-10 * np.abs(lo).max()
+        )
+        np.testing.assert_array_equal(
+            mk.predict(Xk), base.predict(X)
+        )  # accuracy unchanged
         ece.append(expected_calibration_error(y, mk.predict_proba(Xk)[:, 1]))
         loss.append(log_loss(y, mk.predict_proba(Xk)))
     assert ece[-1] > ece[0] and loss[-1] > loss[0], (ece, loss)

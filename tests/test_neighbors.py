@@ -64,7 +64,9 @@ def test_regressor_equals_sklearn(weights, rng):
     Q = np.concatenate([rng.normal(size=(50, 4)), X[:5]])  # X[:5]: zero distances
     for yy in (y[:, 0], y):
         ours = KNeighborsRegressor(n_neighbors=7, weights=weights).fit(X, yy).predict(Q)
-        ref = SK(n_neighbors=7, weights=weights, algorithm="brute").fit(X, yy).predict(Q)
+        ref = (
+            SK(n_neighbors=7, weights=weights, algorithm="brute").fit(X, yy).predict(Q)
+        )
         np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
 
 
@@ -75,7 +77,9 @@ def test_tie_rule_smaller_index_first():
     assert d.tolist() == [[1.0, 1.0, 1.0]]
     # vote tie between classes 0 and 1 goes to the smaller label
     y = np.array([1, 0, 1, 0, 1])
-    assert KNeighborsClassifier(n_neighbors=4).fit(X, y).predict(np.array([[0.0]])).tolist() == [0]
+    assert KNeighborsClassifier(n_neighbors=4).fit(X, y).predict(
+        np.array([[0.0]])
+    ).tolist() == [0]
 
 
 def test_k_greater_than_n_raises():
@@ -111,9 +115,12 @@ def test_topk_methods_agree_with_stable_sort(xp, rng, shape):
         for k in (1, 3, 7, shape[1]):
             for method in ("auto", "threshold", "partition", "sort"):
                 v, p = topk_smallest(xp.asarray(data), k, xp=xp.xp, method=method)
-                np.testing.assert_array_equal(xp.to_numpy(p), ref[:, :k], err_msg=method)
-                np.testing.assert_array_equal(xp.to_numpy(v),
-                                              np.take_along_axis(data, ref[:, :k], axis=1))
+                np.testing.assert_array_equal(
+                    xp.to_numpy(p), ref[:, :k], err_msg=method
+                )
+                np.testing.assert_array_equal(
+                    xp.to_numpy(v), np.take_along_axis(data, ref[:, :k], axis=1)
+                )
 
 
 def test_tiled_search_equals_one_block(xp, rng):
@@ -140,8 +147,11 @@ def test_kd_tree_equals_exhaustive(d, rng):
     Q = rng.normal(size=(300, d))
     de, ie = NearestNeighbors(n_neighbors=7).fit(X).kneighbors(Q)
     for leaf_size in (1, 30):
-        dk, ik = NearestNeighbors(n_neighbors=7, algorithm="kd_tree",
-                                  leaf_size=leaf_size).fit(X).kneighbors(Q)
+        dk, ik = (
+            NearestNeighbors(n_neighbors=7, algorithm="kd_tree", leaf_size=leaf_size)
+            .fit(X)
+            .kneighbors(Q)
+        )
         np.testing.assert_array_equal(ik, ie)
         np.testing.assert_array_equal(dk, de)
 
@@ -152,7 +162,9 @@ def test_kd_tree_equals_exhaustive_with_ties(digits, rng):
     Q = rng.integers(0, 5, size=(100, 3)).astype(float)
     for Xt, Qt in ((X, Q), (digits[0], digits[2][:200])):
         de, ie = NearestNeighbors(n_neighbors=15).fit(Xt).kneighbors(Qt)
-        dk, ik = NearestNeighbors(n_neighbors=15, algorithm="kd_tree").fit(Xt).kneighbors(Qt)
+        dk, ik = (
+            NearestNeighbors(n_neighbors=15, algorithm="kd_tree").fit(Xt).kneighbors(Qt)
+        )
         np.testing.assert_array_equal(ik, ie)
         np.testing.assert_array_equal(dk, de)
     y = rng.integers(0, 3, size=500)
@@ -174,11 +186,19 @@ def test_approximate_recall_at_default_setting(rng):
         _, approx = est.kneighbors(Q)
         recalls[d] = recall_at_k(approx, exact)
         # more leaves never hurts; max_leaves >= n_leaves is exact
-        _, more = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree",
-                                   max_leaves=64).fit(X).kneighbors(Q)
+        _, more = (
+            NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree", max_leaves=64)
+            .fit(X)
+            .kneighbors(Q)
+        )
         assert recall_at_k(more, exact) >= recalls[d]
-        _, full = NearestNeighbors(n_neighbors=5, algorithm="approx_kd_tree",
-                                   max_leaves=10**6).fit(X).kneighbors(Q)
+        _, full = (
+            NearestNeighbors(
+                n_neighbors=5, algorithm="approx_kd_tree", max_leaves=10**6
+            )
+            .fit(X)
+            .kneighbors(Q)
+        )
         np.testing.assert_array_equal(full, exact)
     print(f"approx_kd_tree recall@5 at max_leaves=16: {recalls}")
     assert recalls[3] >= 0.995
@@ -187,8 +207,13 @@ def test_approximate_recall_at_default_setting(rng):
 
 def test_approximate_returns_k_even_with_tiny_budget(rng):
     X = rng.normal(size=(200, 2))
-    d, i = NearestNeighbors(n_neighbors=20, algorithm="approx_kd_tree", leaf_size=3,
-                            max_leaves=1).fit(X).kneighbors(X[:10])
+    d, i = (
+        NearestNeighbors(
+            n_neighbors=20, algorithm="approx_kd_tree", leaf_size=3, max_leaves=1
+        )
+        .fit(X)
+        .kneighbors(X[:10])
+    )
     assert i.shape == (10, 20) and np.all(i < 200) and np.all(np.isfinite(d))
 
 
@@ -197,8 +222,9 @@ def test_backends_give_numpy_results(xp, digits, algorithm):
     Xtr, ytr, Xte, _ = digits
     Xtr, ytr, Xte = Xtr[:400], ytr[:400], Xte[:100]
     ref = KNeighborsClassifier(n_neighbors=5, algorithm=algorithm).fit(Xtr, ytr)
-    est = KNeighborsClassifier(n_neighbors=5, algorithm=algorithm).fit(xp.asarray(Xtr),
-                                                                       xp.asarray(ytr))
+    est = KNeighborsClassifier(n_neighbors=5, algorithm=algorithm).fit(
+        xp.asarray(Xtr), xp.asarray(ytr)
+    )
     pred = est.predict(xp.asarray(Xte))
     assert xp.is_native(pred)
     np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(Xte))
@@ -210,8 +236,11 @@ def test_backends_give_numpy_results(xp, digits, algorithm):
     y = Xtr[:, 10]
     r = KNeighborsRegressor(n_neighbors=5, weights="distance", algorithm=algorithm)
     got = r.fit(xp.asarray(Xtr), xp.asarray(y)).predict(xp.asarray(Xte))
-    want = KNeighborsRegressor(n_neighbors=5, weights="distance",
-                               algorithm=algorithm).fit(Xtr, y).predict(Xte)
+    want = (
+        KNeighborsRegressor(n_neighbors=5, weights="distance", algorithm=algorithm)
+        .fit(Xtr, y)
+        .predict(Xte)
+    )
     np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-12)
 
 

@@ -41,7 +41,9 @@ def _one_torch_thread():
 def close(got, want, rtol=RTOL):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(
+        got, want, rtol=rtol, atol=rtol * max(1.0, np.abs(want).max())
+    )
 
 
 def t(a, grad=True):
@@ -111,8 +113,12 @@ def test_contract_is_the_einsum():
     assert cols.shape == (2, 6, 2, 3, 2, 3)
     Xp = np.pad(X, ((0, 0), (1, 1), (0, 0), (0, 0)))
     close(cols[1, 2, 1, 2, 1], Xp[1, 2 + 2, 1 * 2 + 1])
-    A, _ = window_matrix(dilate_pad(X, (1, 1), (1, 1), (0, 0), xp=xp, channels_first=True),
-                         (3, 2), (1, 2), xp=xp)
+    A, _ = window_matrix(
+        dilate_pad(X, (1, 1), (1, 1), (0, 0), xp=xp, channels_first=True),
+        (3, 2),
+        (1, 2),
+        xp=xp,
+    )
     close(contract(A, W, (2, 6, 2), xp=xp), np.einsum("nhwijc,ijco->nhwo", cols, W))
 
 
@@ -130,8 +136,11 @@ POOL_GRID = [
 ]
 
 
-@pytest.mark.parametrize("Pool,tfun", [(MaxPool2D, F.max_pool2d), (AvgPool2D, F.avg_pool2d)],
-                         ids=["max", "avg"])
+@pytest.mark.parametrize(
+    "Pool,tfun",
+    [(MaxPool2D, F.max_pool2d), (AvgPool2D, F.avg_pool2d)],
+    ids=["max", "avg"],
+)
 @pytest.mark.parametrize("k,s,p,N,H,W,C", POOL_GRID)
 def test_pool2d_matches_torch(Pool, tfun, k, s, p, N, H, W, C):
     rng = np.random.default_rng(N * 100 + H)
@@ -150,12 +159,12 @@ def test_pool2d_matches_torch(Pool, tfun, k, s, p, N, H, W, C):
 
 def test_max_pool_splits_ties_evenly():
     X = np.zeros((1, 4, 4, 1))
-    X[0, 0, 0, 0] = X[0, 1, 1, 0] = 2.0          # two maxima in the first window
+    X[0, 0, 0, 0] = X[0, 1, 1, 0] = 2.0  # two maxima in the first window
     pool = MaxPool2D(2)
     pool.forward(X)
     dX = pool.backward(np.ones((1, 2, 2, 1)))[0, :, :, 0]
     assert dX[0, 0] == dX[1, 1] == 0.5 and dX[0, 1] == dX[1, 0] == 0.0
-    np.testing.assert_array_equal(dX[2:, 2:], np.full((2, 2), 0.25))   # four-way tie
+    np.testing.assert_array_equal(dX[2:, 2:], np.full((2, 2), 0.25))  # four-way tie
     assert dX.sum() == 4.0
 
 
@@ -243,10 +252,17 @@ def test_logistic_and_mse_match_torch():
     close(dZ, Zt.grad.numpy())
 
 
-@pytest.mark.parametrize("Layer,tfun", [(ReLU, torch.relu), (Sigmoid, torch.sigmoid),
-                                        (Tanh, torch.tanh), (Identity, lambda a: a),
-                                        (lambda: Softmax(), lambda a: torch.softmax(a, dim=-1))],
-                         ids=["relu", "sigmoid", "tanh", "identity", "softmax"])
+@pytest.mark.parametrize(
+    "Layer,tfun",
+    [
+        (ReLU, torch.relu),
+        (Sigmoid, torch.sigmoid),
+        (Tanh, torch.tanh),
+        (Identity, lambda a: a),
+        (lambda: Softmax(), lambda a: torch.softmax(a, dim=-1)),
+    ],
+    ids=["relu", "sigmoid", "tanh", "identity", "softmax"],
+)
 def test_activations_match_torch(Layer, tfun):
     rng = np.random.default_rng(0)
     X = rng.normal(scale=3.0, size=(5, 4))
@@ -290,35 +306,66 @@ def _check_layer_fd(layer, X, rng, n_checks=12, rtol=1e-6):
         pidx = rng.choice(P.size, size=min(n_checks, P.size), replace=False)
         num = _numeric_grad(f, P0, pidx)
         layer.params[key] = P0
-        np.testing.assert_allclose(grads[key].flat[pidx], num, rtol=rtol, atol=rtol, err_msg=key)
+        np.testing.assert_allclose(
+            grads[key].flat[pidx], num, rtol=rtol, atol=rtol, err_msg=key
+        )
 
 
-@pytest.mark.parametrize("make,shape", [
-    (lambda: Dense(4, random_state=0), (5, 3)),
-    (lambda: BatchNorm1D(), (6, 4)),
-    (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
-    (lambda: Conv2D(2, (2, 3), stride=(2, 1), padding=(0, 2), random_state=0), (2, 5, 4, 3)),
-    (lambda: Conv2D(3, 3, stride=2, padding=1, input_grad="fold", random_state=0), (2, 7, 6, 2)),
-    (lambda: MaxPool2D(3, stride=2, padding=1), (2, 7, 6, 2)),
-    (lambda: AvgPool2D(2, stride=1, padding=1), (2, 5, 6, 2)),
-    (lambda: Flatten(), (2, 3, 4, 2)),
-    (lambda: ReLU(), (4, 5)),
-    (lambda: Sigmoid(), (4, 5)),
-    (lambda: Tanh(), (4, 5)),
-    (lambda: Identity(), (4, 5)),
-    (lambda: Softmax(), (4, 5)),
-], ids=["dense", "batchnorm", "conv", "conv-rect", "conv-fold", "maxpool", "avgpool", "flatten", "relu",
-        "sigmoid", "tanh", "identity", "softmax"])
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: Dense(4, random_state=0), (5, 3)),
+        (lambda: BatchNorm1D(), (6, 4)),
+        (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
+        (
+            lambda: Conv2D(2, (2, 3), stride=(2, 1), padding=(0, 2), random_state=0),
+            (2, 5, 4, 3),
+        ),
+        (
+            lambda: Conv2D(
+                3, 3, stride=2, padding=1, input_grad="fold", random_state=0
+            ),
+            (2, 7, 6, 2),
+        ),
+        (lambda: MaxPool2D(3, stride=2, padding=1), (2, 7, 6, 2)),
+        (lambda: AvgPool2D(2, stride=1, padding=1), (2, 5, 6, 2)),
+        (lambda: Flatten(), (2, 3, 4, 2)),
+        (lambda: ReLU(), (4, 5)),
+        (lambda: Sigmoid(), (4, 5)),
+        (lambda: Tanh(), (4, 5)),
+        (lambda: Identity(), (4, 5)),
+        (lambda: Softmax(), (4, 5)),
+    ],
+    ids=[
+        "dense",
+        "batchnorm",
+        "conv",
+        "conv-rect",
+        "conv-fold",
+        "maxpool",
+        "avgpool",
+        "flatten",
+        "relu",
+        "sigmoid",
+        "tanh",
+        "identity",
+        "softmax",
+    ],
+)
 def test_layer_gradients_match_finite_differences(make, shape):
     rng = np.random.default_rng(0)
     _check_layer_fd(make(), rng.normal(size=shape), rng)
 
 
-@pytest.mark.parametrize("loss,target", [
-    (SoftmaxCrossEntropy(), lambda rng: rng.integers(0, 4, size=6)),
-    (LogisticLoss(), lambda rng: rng.integers(0, 2, size=6).astype(float)),
-    (MSELoss(), lambda rng: rng.normal(size=(6, 4))),
-], ids=["cross_entropy", "logistic", "mse"])
+@pytest.mark.parametrize(
+    "loss,target",
+    [
+        (SoftmaxCrossEntropy(), lambda rng: rng.integers(0, 4, size=6)),
+        (LogisticLoss(), lambda rng: rng.integers(0, 2, size=6).astype(float)),
+        (MSELoss(), lambda rng: rng.normal(size=(6, 4))),
+    ],
+    ids=["cross_entropy", "logistic", "mse"],
+)
 def test_loss_gradients_match_finite_differences(loss, target):
     rng = np.random.default_rng(1)
     y = target(rng)
@@ -330,14 +377,23 @@ def test_loss_gradients_match_finite_differences(loss, target):
 
 
 # --------------------------------------------------------------- every backend
-@pytest.mark.parametrize("make,shape", [
-    (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
-    (lambda: Conv2D(3, 2, stride=3, padding=2, input_grad="fold", random_state=0), (2, 7, 6, 2)),
-    (lambda: MaxPool2D(2, padding=1), (2, 5, 6, 2)),
-    (lambda: AvgPool2D(3, stride=2), (2, 7, 6, 2)),
-    (lambda: BatchNorm1D(), (6, 4)),
-    (lambda: Dense(3, random_state=0), (6, 4)),
-], ids=["conv", "conv-fold", "maxpool", "avgpool", "batchnorm", "dense"])
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: Conv2D(3, 3, stride=2, padding=1, random_state=0), (2, 7, 6, 2)),
+        (
+            lambda: Conv2D(
+                3, 2, stride=3, padding=2, input_grad="fold", random_state=0
+            ),
+            (2, 7, 6, 2),
+        ),
+        (lambda: MaxPool2D(2, padding=1), (2, 5, 6, 2)),
+        (lambda: AvgPool2D(3, stride=2), (2, 7, 6, 2)),
+        (lambda: BatchNorm1D(), (6, 4)),
+        (lambda: Dense(3, random_state=0), (6, 4)),
+    ],
+    ids=["conv", "conv-fold", "maxpool", "avgpool", "batchnorm", "dense"],
+)
 def test_layers_agree_across_libraries(xp, make, shape):
     rng = np.random.default_rng(0)
     X = rng.normal(size=shape)

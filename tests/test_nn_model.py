@@ -45,8 +45,11 @@ def digits():
 
 
 def digits_cnn(seed=0):
-    return Sequential([Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
-                      learning_rate=0.005, random_state=seed)
+    return Sequential(
+        [Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+        learning_rate=0.005,
+        random_state=seed,
+    )
 
 
 EPOCHS = 20
@@ -68,12 +71,18 @@ def test_cnn_on_digits_reaches_97_percent(numpy_run, digits):
 
 def test_cnn_on_torch_gives_the_same_loss_curve(numpy_run, digits):
     Xtr, Xte, ytr, yte = digits
-    model = digits_cnn().fit(torch.asarray(Xtr), torch.asarray(ytr), epochs=EPOCHS, batch_size=32)
+    model = digits_cnn().fit(
+        torch.asarray(Xtr), torch.asarray(ytr), epochs=EPOCHS, batch_size=32
+    )
     assert isinstance(model.layers[0].params["W"], torch.Tensor)
-    np.testing.assert_allclose(model.history["loss"], numpy_run.history["loss"], rtol=1e-6)
+    np.testing.assert_allclose(
+        model.history["loss"], numpy_run.history["loss"], rtol=1e-6
+    )
     P = model.predict_proba(torch.asarray(Xte))
     assert isinstance(P, torch.Tensor)
-    np.testing.assert_allclose(P.numpy(), numpy_run.predict_proba(Xte), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        P.numpy(), numpy_run.predict_proba(Xte), rtol=1e-6, atol=1e-9
+    )
 
 
 def test_cnn_runs_on_array_api_strict(digits):
@@ -89,20 +98,36 @@ def test_cnn_runs_on_array_api_strict(digits):
 
 
 # -------------------------------------------------------------- optimisers
-@pytest.mark.parametrize("ours,theirs", [
-    (lambda: SGD(0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
-    (lambda: Momentum(0.05, momentum=0.8), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8)),
-    (lambda: Adam(0.01, beta1=0.8, beta2=0.99, eps=1e-7),
-     lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=1e-7)),
-], ids=["sgd", "momentum", "adam"])
+@pytest.mark.parametrize(
+    "ours,theirs",
+    [
+        (lambda: SGD(0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
+        (
+            lambda: Momentum(0.05, momentum=0.8),
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8),
+        ),
+        (
+            lambda: Adam(0.01, beta1=0.8, beta2=0.99, eps=1e-7),
+            lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=1e-7),
+        ),
+    ],
+    ids=["sgd", "momentum", "adam"],
+)
 def test_optimisers_match_torch(ours, theirs):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(16, 3)), rng.normal(size=(16, 2))
-    model = Sequential([Dense(4, random_state=0), ReLU(), Dense(2, random_state=1)],
-                       loss="mse", optimizer=ours())
+    model = Sequential(
+        [Dense(4, random_state=0), ReLU(), Dense(2, random_state=1)],
+        loss="mse",
+        optimizer=ours(),
+    )
     model.build((3,), xp=xpml._backend._namespace("numpy"))
-    params = [torch.tensor(layer.params[k], requires_grad=True)
-              for layer in model.layers for k in ("W", "b") if layer.params]
+    params = [
+        torch.tensor(layer.params[k], requires_grad=True)
+        for layer in model.layers
+        for k in ("W", "b")
+        if layer.params
+    ]
     opt = theirs(params)
     for _ in range(5):
         model.loss_ = xpml.nn.MSELoss()
@@ -114,7 +139,9 @@ def test_optimisers_match_torch(ours, theirs):
         out = torch.relu(torch.tensor(X) @ W1 + b1) @ W2 + b2
         torch.nn.functional.mse_loss(out, torch.tensor(y)).backward()
         opt.step()
-    ours_ = [layer.params[k] for layer in model.layers for k in ("W", "b") if layer.params]
+    ours_ = [
+        layer.params[k] for layer in model.layers for k in ("W", "b") if layer.params
+    ]
     for a, b in zip(ours_, params):
         np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-10, atol=1e-12)
 
@@ -140,12 +167,13 @@ def test_batchnorm_train_and_eval_modes():
     rng = np.random.default_rng(0)
     X = rng.normal(loc=5.0, size=(64, 3))
     y = (X[:, 0] > 5.0).astype(int)
-    model = Sequential([Dense(8), BatchNorm1D(), ReLU(), Dense(2)], learning_rate=0.01,
-                       random_state=0)
+    model = Sequential(
+        [Dense(8), BatchNorm1D(), ReLU(), Dense(2)], learning_rate=0.01, random_state=0
+    )
     model.fit(X, y, epochs=5, batch_size=16)
     bn = model.layers[1]
-    assert not bn.training                                  # fit ends in evaluation mode
-    assert np.all(np.abs(bn.running_mean) > 0)              # statistics were tracked
+    assert not bn.training  # fit ends in evaluation mode
+    assert np.all(np.abs(bn.running_mean) > 0)  # statistics were tracked
     Y_eval = bn.forward(model.layers[0].forward(X))
     model.train()
     Y_train = bn.forward(model.layers[0].forward(X))
@@ -156,8 +184,13 @@ def test_batchnorm_train_and_eval_modes():
 def test_early_stopping_restores_the_best_weights():
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 4)), rng.integers(0, 2, size=60)
-    Xv, yv = rng.normal(size=(30, 4)), rng.integers(0, 2, size=30)   # pure noise: overfits
-    model = Sequential([Dense(64), ReLU(), Dense(2)], learning_rate=0.05, random_state=0)
+    Xv, yv = (
+        rng.normal(size=(30, 4)),
+        rng.integers(0, 2, size=30),
+    )  # pure noise: overfits
+    model = Sequential(
+        [Dense(64), ReLU(), Dense(2)], learning_rate=0.05, random_state=0
+    )
     model.fit(X, y, epochs=200, batch_size=10, validation_data=(Xv, yv), patience=3)
     val = model.history["val_loss"]
     assert model.n_epochs_ < 200 and len(val) == model.n_epochs_
@@ -169,13 +202,13 @@ def test_verbose_shows_progress(capsys):
     X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
     Sequential([Dense(2)], random_state=0).fit(X, y, epochs=2, verbose=True)
     err = capsys.readouterr().err
-    assert "epochs" in err          # tqdm writes its bar to stderr
+    assert "epochs" in err  # tqdm writes its bar to stderr
 
 
 def test_verbose_without_tqdm_prints_each_epoch(capsys, monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "tqdm", None)       # import tqdm now fails
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now fails
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
     Sequential([Dense(2)], random_state=0).fit(X, y, epochs=2, verbose=True)
@@ -203,7 +236,9 @@ def test_save_and_load_a_trained_network(tmp_path, digits):
     model.save(tmp_path / "cnn.xpml")
     again = xpml.load(tmp_path / "cnn.xpml")
     np.testing.assert_array_equal(again.predict_proba(Xte), model.predict_proba(Xte))
-    again.fit(Xtr[:100], ytr[:100], epochs=1)       # training resumes with the optimiser state
+    again.fit(
+        Xtr[:100], ytr[:100], epochs=1
+    )  # training resumes with the optimiser state
 
 
 # ------------------------------------------------------------- the wrapper
@@ -216,14 +251,19 @@ def test_classifier_in_a_pipeline_with_a_cnn(digits):
     Xtr, Xte = Xtr.reshape(len(Xtr), -1) * 16, Xte.reshape(len(Xte), -1) * 16
     clf = NeuralNetClassifier(
         [Conv2D(8, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
-        input_shape=(8, 8, 1), learning_rate=0.01, epochs=6, validation_fraction=0.1,
-        patience=3, random_state=0)
+        input_shape=(8, 8, 1),
+        learning_rate=0.01,
+        epochs=6,
+        validation_fraction=0.1,
+        patience=3,
+        random_state=0,
+    )
     pipe = make_pipeline(FunctionTransformer(lambda a: a / 16.0), clf)
     pipe.fit(Xtr, ytr)
     assert pipe.score(Xte, yte) > 0.93
     fitted = pipe[-1]
     assert fitted.n_iter_ == len(fitted.loss_curve_) == len(fitted.history_["val_loss"])
-    assert not fitted.layers[0].params                     # the template layers stay unbuilt
+    assert not fitted.layers[0].params  # the template layers stay unbuilt
     assert clone(clf).get_params()["layers"][0] is not clf.layers[0]
 
 
@@ -231,8 +271,13 @@ def test_classifier_logistic_loss_and_labels():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 2))
     y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
-    clf = NeuralNetClassifier(hidden_layer_sizes=(8,), loss="logistic", learning_rate=0.05,
-                              epochs=30, random_state=0).fit(X, y)
+    clf = NeuralNetClassifier(
+        hidden_layer_sizes=(8,),
+        loss="logistic",
+        learning_rate=0.05,
+        epochs=30,
+        random_state=0,
+    ).fit(X, y)
     assert clf.model_.layers[-1].params["W"].shape == (8, 1)
     assert clf.score(X, y) > 0.95
     assert set(clf.predict(X)) <= {"yes", "no"}
@@ -252,7 +297,7 @@ def test_demo_prints_the_learning_curve(tmp_path, capsys):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return                       # the PNG is drawn only where matplotlib is installed
+        return  # the PNG is drawn only where matplotlib is installed
     assert (tmp_path / "cnn_learning_curve.png").exists()
 
 
@@ -266,12 +311,19 @@ def test_mse_regression_recovers_a_linear_map():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(100, 3))
     y = X @ np.array([1.0, -2.0, 0.5]) + 0.3
-    model = Sequential([Dense(1, init="xavier")], loss="mse", optimizer="sgd",
-                       learning_rate=0.1, random_state=0)
+    model = Sequential(
+        [Dense(1, init="xavier")],
+        loss="mse",
+        optimizer="sgd",
+        learning_rate=0.1,
+        random_state=0,
+    )
     before = model.evaluate(X, y)["loss"]
     model.fit(X, y, epochs=50, batch_size=10)
     assert model.evaluate(X, y)["loss"] < 1e-10 < before
-    np.testing.assert_allclose(model.layers[0].params["W"][:, 0], [1.0, -2.0, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(
+        model.layers[0].params["W"][:, 0], [1.0, -2.0, 0.5], rtol=1e-6
+    )
     assert model.predict(X).shape == (100, 1)
     with pytest.raises(ValueError, match="predict_proba"):
         model.predict_proba(X)

@@ -44,7 +44,9 @@ def test_arow_eight_identical_updates(xp):
     arow = AROW(r=1.0, fit_intercept=False)
     mu1, var_perp, var_seen = [], [], []
     for i in range(8):
-        arow.partial_fit(xp.asarray(X[i:i + 1]), xp.asarray(y[i:i + 1]), classes=[-1.0, 1.0])
+        arow.partial_fit(
+            xp.asarray(X[i : i + 1]), xp.asarray(y[i : i + 1]), classes=[-1.0, 1.0]
+        )
         c = xp.to_numpy(arow.coef_)
         S = xp.to_numpy(arow.cov_)
         mu1.append(c[0])
@@ -52,16 +54,16 @@ def test_arow_eight_identical_updates(xp):
         var_perp.append(S[1, 1])
         var_seen.append(S[0, 0])
         assert S[0, 1] == 0.0 and S[1, 0] == 0.0
-    np.testing.assert_allclose(mu1[:3], [0.5, 2 / 3, 13 / 17], rtol=1e-12)   # 0.764706
+    np.testing.assert_allclose(mu1[:3], [0.5, 2 / 3, 13 / 17], rtol=1e-12)  # 0.764706
     ref, refS = _arow_reference(X, y, r=1.0)
     np.testing.assert_allclose(mu1, ref[:, 0], rtol=1e-12)
     np.testing.assert_allclose(var_seen, refS[:, 0, 0], rtol=1e-12)
-    assert var_perp == [1.0] * 8                               # exactly: never seen
-    assert np.all(np.diff(var_seen) < 0)                       # shrinks along x only
+    assert var_perp == [1.0] * 8  # exactly: never seen
+    assert np.all(np.diff(var_seen) < 0)  # shrinks along x only
     assert arow.n_mistakes_ == 1 and arow.n_updates_ == 8 and arow.n_clamps_ == 0
     # the mean moves along Σx, not x: the x-version gives 0.5, 0.8333, ...
     wrong, _ = _arow_reference(X, y, r=1.0, use_sigma_x=False)
-    assert abs(wrong[1, 0] - 5 / 6) < 1e-12                    # 0.8333 instead of 0.6667
+    assert abs(wrong[1, 0] - 5 / 6) < 1e-12  # 0.8333 instead of 0.6667
     assert abs(mu1[1] - wrong[1, 0]) > 0.1 and abs(mu1[2] - wrong[2, 0]) > 0.1
 
 
@@ -72,7 +74,7 @@ def test_arow_mean_moves_along_sigma_x():
     arow = AROW(r=0.3, fit_intercept=False)
     coefs = []
     for i in range(3):
-        arow.partial_fit(X[i:i + 1], s[i:i + 1], classes=[-1.0, 1.0])
+        arow.partial_fit(X[i : i + 1], s[i : i + 1], classes=[-1.0, 1.0])
         coefs.append(arow.coef_.copy())
     assert arow.n_clamps_ == 0
     ref, refS = _arow_reference(X, s, r=0.3)
@@ -86,21 +88,27 @@ def test_arow_diag_equals_full_on_axis_aligned_rows(xp):
     rng = np.random.default_rng(0)
     X = np.eye(4)[rng.integers(0, 4, 30)] * rng.uniform(0.5, 2.0, (30, 1))
     y = rng.integers(0, 2, 30)
-    f = AROW(r=0.5, covariance="full", fit_intercept=False).fit(xp.asarray(X), xp.asarray(y))
-    d = AROW(r=0.5, covariance="diag", fit_intercept=False).fit(xp.asarray(X), xp.asarray(y))
+    f = AROW(r=0.5, covariance="full", fit_intercept=False).fit(
+        xp.asarray(X), xp.asarray(y)
+    )
+    d = AROW(r=0.5, covariance="diag", fit_intercept=False).fit(
+        xp.asarray(X), xp.asarray(y)
+    )
     np.testing.assert_allclose(xp.to_numpy(d.coef_), xp.to_numpy(f.coef_), rtol=1e-12)
-    np.testing.assert_allclose(xp.to_numpy(d.cov_), np.diag(xp.to_numpy(f.cov_)), rtol=1e-12)
+    np.testing.assert_allclose(
+        xp.to_numpy(d.cov_), np.diag(xp.to_numpy(f.cov_)), rtol=1e-12
+    )
     assert f.n_mistakes_ == d.n_mistakes_
 
 
 def test_arow_covariance_symmetric_and_clamped(xp):
     X, y = _stream(n=150, d=6, flip=0.2)
-    m = AROW(r=10.0).fit(xp.asarray(X), xp.asarray(y))          # large r: β explodes
+    m = AROW(r=10.0).fit(xp.asarray(X), xp.asarray(y))  # large r: β explodes
     S = xp.to_numpy(m.cov_)
     np.testing.assert_array_equal(S, S.T)
     assert np.linalg.eigvalsh(S).min() >= 1e-9 * (1 - 1e-6) - 1e-15
-    assert m.n_clamps_ > 0          # (how many depends on eigenvalues at the floor: not a
-                                    # parity quantity across LAPACK builds)
+    assert m.n_clamps_ > 0  # (how many depends on eigenvalues at the floor: not a
+    # parity quantity across LAPACK builds)
     d = AROW(r=10.0, covariance="diag").fit(X, y)
     assert d.cov_.shape == (7,) and d.cov_.min() >= 1e-9
     calm = AROW(r=0.1).fit(X[:30], y[:30])
@@ -113,9 +121,12 @@ def test_partial_fit_in_chunks_equals_one_pass(xp):
         one = Est().fit(xp.asarray(X), xp.asarray(y))
         chunks = Est()
         for a in range(0, 90, 25):
-            chunks.partial_fit(xp.asarray(X[a:a + 25]), xp.asarray(y[a:a + 25]), classes=[0, 1])
-        np.testing.assert_allclose(xp.to_numpy(chunks.coef_), xp.to_numpy(one.coef_),
-                                   rtol=1e-12, atol=1e-14)
+            chunks.partial_fit(
+                xp.asarray(X[a : a + 25]), xp.asarray(y[a : a + 25]), classes=[0, 1]
+            )
+        np.testing.assert_allclose(
+            xp.to_numpy(chunks.coef_), xp.to_numpy(one.coef_), rtol=1e-12, atol=1e-14
+        )
         assert chunks.n_mistakes_ == one.n_mistakes_ and chunks.n_seen_ == 90
 
 
@@ -134,17 +145,29 @@ def test_pa_equals_sklearn_sgd_pa(xp, mode):
     from sklearn.linear_model import SGDClassifier
 
     X, y = _stream(n=200, flip=0.1)
-    m = PassiveAggressive(mode=mode, C=0.3, fit_intercept=False).fit(xp.asarray(X), xp.asarray(y))
-    ref = SGDClassifier(loss="hinge", penalty=None, learning_rate=mode, eta0=0.3,
-                        fit_intercept=False, max_iter=1, shuffle=False, tol=None)
+    m = PassiveAggressive(mode=mode, C=0.3, fit_intercept=False).fit(
+        xp.asarray(X), xp.asarray(y)
+    )
+    ref = SGDClassifier(
+        loss="hinge",
+        penalty=None,
+        learning_rate=mode,
+        eta0=0.3,
+        fit_intercept=False,
+        max_iter=1,
+        shuffle=False,
+        tol=None,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref.fit(X, y)
-    np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.coef_), ref.coef_[0], rtol=1e-12, atol=1e-14
+    )
 
 
 def test_pa_modes_table():
-    x = np.array([[3.0, 4.0]])                     # ‖x‖² = 25, first hinge loss 1
+    x = np.array([[3.0, 4.0]])  # ‖x‖² = 25, first hinge loss 1
     y = np.array([1])
     taus = {}
     for mode in ("pa", "pa1", "pa2"):
@@ -152,7 +175,7 @@ def test_pa_modes_table():
         m.partial_fit(x, y, classes=[0, 1])
         taus[mode] = m.coef_[0] / 3.0
     assert taus["pa"] == pytest.approx(1 / 25)
-    assert taus["pa1"] == pytest.approx(0.01)                  # capped at C
+    assert taus["pa1"] == pytest.approx(0.01)  # capped at C
     assert taus["pa2"] == pytest.approx(1 / (25 + 1 / 0.02))
 
 
@@ -164,11 +187,15 @@ def test_arow_scale_invariance_vs_pa():
         X, y = _stream(n=600, d=5, seed=seed)
         noise = np.random.default_rng(100 + seed).normal(size=(600, 1))
         base, scaled = np.hstack([X, noise]), np.hstack([X, 50.0 * noise])
-        pa = [PassiveAggressive(mode="pa1").fit(Z, y).n_mistakes_ for Z in (base, scaled)]
-        ar = [AROW(r=0.1, covariance="diag").fit(Z, y).n_mistakes_ for Z in (base, scaled)]
+        pa = [
+            PassiveAggressive(mode="pa1").fit(Z, y).n_mistakes_ for Z in (base, scaled)
+        ]
+        ar = [
+            AROW(r=0.1, covariance="diag").fit(Z, y).n_mistakes_ for Z in (base, scaled)
+        ]
         rise_pa.append(pa[1] - pa[0])
         rise_arow.append(ar[1] - ar[0])
-    assert np.mean(rise_pa) > 50                                   # ~120 more mistakes
+    assert np.mean(rise_pa) > 50  # ~120 more mistakes
     assert np.mean(rise_arow) < 0.3 * np.mean(rise_pa), (rise_pa, rise_arow)
 
 

@@ -10,9 +10,13 @@ from xpml.parity import compare
 
 def test_compare_reports_every_array_and_method():
     X, y = linear()
-    report = compare(LinearRegression(), X, y, backends=("numpy", "array_api_strict", "torch"))
+    report = compare(
+        LinearRegression(), X, y, backends=("numpy", "array_api_strict", "torch")
+    )
     for b in ("array_api_strict", "torch"):
-        assert {"predict", "attr:coef_", "attr:intercept_", "attr:singular_"} <= set(report.diffs[b])
+        assert {"predict", "attr:coef_", "attr:intercept_", "attr:singular_"} <= set(
+            report.diffs[b]
+        )
     report.assert_close(rtol=1e-10)
     assert report.max_rel_diff() < 1e-12
     assert "coef_" in str(report)
@@ -20,7 +24,9 @@ def test_compare_reports_every_array_and_method():
 
 def test_compare_float32():
     X, y = linear()
-    report = compare(LinearRegression(), X, y, backends=("numpy", "torch"), dtype="float32")
+    report = compare(
+        LinearRegression(), X, y, backends=("numpy", "torch"), dtype="float32"
+    )
     assert report.results["numpy"]["predict"].dtype == np.float32
     report.assert_close(rtol=1e-4)
 

@@ -19,7 +19,9 @@ def test_clone_pipeline_gridsearch_cross_val():
     assert c.get_params() == est.get_params() and c is not est
     pipe = Pipeline([("scale", StandardScaler()), ("lr", LinearRegression())]).fit(X, y)
     assert pipe.score(X, y) > 0.99
-    gs = GridSearchCV(LinearRegression(), {"fit_intercept": [True, False]}, cv=3).fit(X, y)
+    gs = GridSearchCV(LinearRegression(), {"fit_intercept": [True, False]}, cv=3).fit(
+        X, y
+    )
     assert gs.best_params_ == {"fit_intercept": True}
     scores = cross_val_score(LinearRegression(), X, y, cv=3)
     assert scores.shape == (3,) and np.all(scores > 0.99)
@@ -34,7 +36,10 @@ def test_set_params_and_repr():
 
 def test_invalid_parameter_value_lists_allowed():
     X, y = linear()
-    with pytest.raises(InvalidParameterError, match=r"'fit_intercept' parameter of LinearRegression must be a bool"):
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"'fit_intercept' parameter of LinearRegression must be a bool",
+    ):
         LinearRegression(fit_intercept="yes").fit(X, y)
 
 

@@ -65,11 +65,16 @@ def _pair_duals(dual_coef, n_support, SV, kernel, params):
     return np.array(out)
 
 
-PARITY_CASES = [(d, k) for d in ("breast_cancer", "wine", "digits")
-                for k in ("linear", "rbf", "poly")]
+PARITY_CASES = [
+    (d, k)
+    for d in ("breast_cancer", "wine", "digits")
+    for k in ("linear", "rbf", "poly")
+]
 
 
-@pytest.mark.parametrize("name,kernel", PARITY_CASES, ids=[f"{d}-{k}" for d, k in PARITY_CASES])
+@pytest.mark.parametrize(
+    "name,kernel", PARITY_CASES, ids=[f"{d}-{k}" for d, k in PARITY_CASES]
+)
 def test_sklearn_parity(name, kernel):
     Xtr, ytr, Xte, yte = _dataset(name)
     ours = SVC(kernel=kernel, tol=TOL).fit(Xtr, ytr)
@@ -77,8 +82,9 @@ def test_sklearn_parity(name, kernel):
     k = len(ref.classes_)
     # identical test predictions, decision values within 1e-3
     np.testing.assert_array_equal(ours.predict(Xte), ref.predict(Xte))
-    np.testing.assert_allclose(ours.decision_function(Xte), ref.decision_function(Xte),
-                               atol=1e-3, rtol=0)
+    np.testing.assert_allclose(
+        ours.decision_function(Xte), ref.decision_function(Xte), atol=1e-3, rtol=0
+    )
     # shapes and sign conventions of the fitted attributes
     assert ours.dual_coef_.shape == ref.dual_coef_.shape
     assert ours.intercept_.shape == ref.intercept_.shape
@@ -87,12 +93,22 @@ def test_sklearn_parity(name, kernel):
     np.testing.assert_array_equal(ours.classes_, ref.classes_)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4)
     # dual objectives within 1e-5 relative (scikit-learn's read from its dual_coef_)
-    ref_dual = _pair_duals(ref.dual_coef_, ref.n_support_, ref.support_vectors_, kernel,
-                           _kernel_params(ours))
+    ref_dual = _pair_duals(
+        ref.dual_coef_,
+        ref.n_support_,
+        ref.support_vectors_,
+        kernel,
+        _kernel_params(ours),
+    )
     np.testing.assert_allclose(ours.dual_objective_, ref_dual, rtol=1e-5)
     # the same layout: our dual_coef_ evaluated like scikit-learn's gives our duals
-    mine = _pair_duals(ours.dual_coef_, ours.n_support_, ours.support_vectors_, kernel,
-                       _kernel_params(ours))
+    mine = _pair_duals(
+        ours.dual_coef_,
+        ours.n_support_,
+        ours.support_vectors_,
+        kernel,
+        _kernel_params(ours),
+    )
     np.testing.assert_allclose(mine, ours.dual_objective_, rtol=1e-8)
     if k == 2:
         n = len(ytr)
@@ -102,8 +118,9 @@ def test_sklearn_parity(name, kernel):
         ca = dict(zip(ours.support_.tolist(), ours.dual_coef_[0]))
         cb = dict(zip(ref.support_.tolist(), ref.dual_coef_[0]))
         common = sorted(set(ca) & set(cb))
-        np.testing.assert_allclose([ca[i] for i in common], [cb[i] for i in common],
-                                   atol=1e-3)  # same values, same sign convention
+        np.testing.assert_allclose(
+            [ca[i] for i in common], [cb[i] for i in common], atol=1e-3
+        )  # same values, same sign convention
     # support vectors grouped by class, by index inside a class (LIBSVM's order)
     np.testing.assert_array_equal(ours.support_, ref.support_) if k > 2 else None
     cls = ytr[ours.support_]
@@ -115,12 +132,17 @@ def test_sklearn_parity(name, kernel):
         pass
     else:
         for dshape in ("ovo", "ovr"):
-            o = SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(Xtr, ytr)
-            r = sk_svm.SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(Xtr, ytr)
+            o = SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(
+                Xtr, ytr
+            )
+            r = sk_svm.SVC(kernel=kernel, tol=TOL, decision_function_shape=dshape).fit(
+                Xtr, ytr
+            )
             if name == "digits" and dshape == "ovr":
                 continue  # covered above
-            np.testing.assert_allclose(o.decision_function(Xte), r.decision_function(Xte),
-                                       atol=1e-3)
+            np.testing.assert_allclose(
+                o.decision_function(Xte), r.decision_function(Xte), atol=1e-3
+            )
 
 
 def _train_margins(est, X, y):
@@ -140,9 +162,9 @@ def test_kkt_conditions_and_equality_constraint():
     zero, bound = alpha == 0, alpha >= C
     free = ~zero & ~bound
     assert zero.any() and free.any() and bound.any()
-    assert np.all(margin[zero] >= 1 - eps)           # outside (or on) the margin
+    assert np.all(margin[zero] >= 1 - eps)  # outside (or on) the margin
     np.testing.assert_allclose(margin[free], 1.0, atol=eps)  # exactly on it
-    assert np.all(margin[bound] <= 1 + eps)          # inside it or misclassified
+    assert np.all(margin[bound] <= 1 + eps)  # inside it or misclassified
     assert np.all(alpha <= C)
     # Σ αᵢ yᵢ = 0, and dual_coef_ = αᵢ yᵢ with yᵢ = +1 for classes_[1]
     assert abs(est.dual_coef_.sum()) < 1e-10
@@ -159,8 +181,10 @@ def test_multiclass_equality_constraint_each_pair():
     start = np.concatenate([[0], np.cumsum(est.n_support_)])
     for i in range(3):
         for j in range(i + 1, 3):
-            s = (est.dual_coef_[j - 1, start[i]:start[i + 1]].sum()
-                 + est.dual_coef_[i, start[j]:start[j + 1]].sum())
+            s = (
+                est.dual_coef_[j - 1, start[i] : start[i + 1]].sum()
+                + est.dual_coef_[i, start[j] : start[j + 1]].sum()
+            )
             assert abs(s) < 1e-10
 
 
@@ -168,8 +192,9 @@ def test_retraining_on_support_vectors_reproduces_decision():
     Xtr, ytr, Xte, _ = _dataset("breast_cancer")
     full = SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
     sv = SVC(kernel="linear", tol=1e-8).fit(Xtr[full.support_], ytr[full.support_])
-    np.testing.assert_allclose(sv.decision_function(Xte), full.decision_function(Xte),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        sv.decision_function(Xte), full.decision_function(Xte), atol=1e-5
+    )
     assert len(sv.support_) == len(full.support_)
     # linear kernel: (w, b) themselves agree
     w_full = full.dual_coef_[0] @ full.support_vectors_
@@ -186,22 +211,34 @@ def test_same_predictions_on_every_backend(xp):
     pred = est.predict(xp.asarray(Xte))
     assert xp.is_native(pred)
     np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(Xte))
-    np.testing.assert_allclose(xp.to_numpy(est.decision_function(xp.asarray(Xte))),
-                               ref.decision_function(Xte), atol=1e-6)
+    np.testing.assert_allclose(
+        xp.to_numpy(est.decision_function(xp.asarray(Xte))),
+        ref.decision_function(Xte),
+        atol=1e-6,
+    )
 
 
 def test_parity_helper_numpy_strict_torch():
     pytest.importorskip("torch")
     Xtr, ytr, _, _ = _dataset("breast_cancer")
-    report = xpml.parity.compare(SVC(kernel="rbf", tol=1e-8), Xtr[:200], ytr[:200],
-                                 backends=("numpy", "array_api_strict", "torch"))
+    report = xpml.parity.compare(
+        SVC(kernel="rbf", tol=1e-8),
+        Xtr[:200],
+        ytr[:200],
+        backends=("numpy", "array_api_strict", "torch"),
+    )
     report.assert_close(rtol=1e-6, atol=1e-8)
     # Platt scaling and pairwise coupling too (three classes)
     Xtr, ytr, _, _ = _dataset("wine")
-    report = xpml.parity.compare(SVC(probability=True, random_state=0, tol=1e-8), Xtr[:60],
-                                 ytr[:60],
-                                 backends=("numpy", "array_api_strict", "torch"))
-    for d in report.diffs.values():  # last-bit kernel differences may reorder SMO steps:
+    report = xpml.parity.compare(
+        SVC(probability=True, random_state=0, tol=1e-8),
+        Xtr[:60],
+        ytr[:60],
+        backends=("numpy", "array_api_strict", "torch"),
+    )
+    for (
+        d
+    ) in report.diffs.values():  # last-bit kernel differences may reorder SMO steps:
         d.pop("attr:n_iter_", None)  # the step count can differ, the solution does not
     report.assert_close(rtol=1e-6, atol=1e-8)
     assert "predict_proba" in report.results["torch"]
@@ -218,8 +255,9 @@ def test_fast_and_portable_subproblem_solvers_agree():
     a0 = np.zeros(40)
     v0 = y.copy()
     a1, v1, s1 = solve_subproblem(K, y, a0, C, v0, xp=np, tol=1e-9, max_steps=5000)
-    a2, v2, s2 = solve_subproblem(*(xs.asarray(z) for z in (K, y, a0, C, v0)), xp=xs,
-                                  tol=1e-9, max_steps=5000)
+    a2, v2, s2 = solve_subproblem(
+        *(xs.asarray(z) for z in (K, y, a0, C, v0)), xp=xs, tol=1e-9, max_steps=5000
+    )
     np.testing.assert_allclose(np.asarray(a2), a1, atol=1e-12)
     np.testing.assert_allclose(np.asarray(v2), v1, atol=1e-12)
     assert s1 == s2  # same stopping rule, same step count
@@ -237,7 +275,9 @@ def test_small_cache_budget_keeps_peak_under_budget():
     big = SVC(kernel="rbf", gamma=0.5, tol=1e-6).fit(X, y)
     assert 0 < small.cache_peak_bytes_ <= budget_mb * 2**20
     assert big.cache_peak_bytes_ <= n * n * 8 + 4 * 1024 * n * 8
-    np.testing.assert_allclose(small.decision_function(X), big.decision_function(X), atol=1e-4)
+    np.testing.assert_allclose(
+        small.decision_function(X), big.decision_function(X), atol=1e-4
+    )
     np.testing.assert_array_equal(small.predict(X), big.predict(X))
 
 
@@ -248,8 +288,14 @@ def test_kernel_rows_lru_counts_recomputation():
     X = rng.normal(size=(300, 4))
     xp = array_api_compat.array_namespace(X)
     budget = 300 * 8 * 40  # 40 rows
-    rows = KernelRows(X, "rbf", {"gamma": 0.3, "degree": 3, "coef0": 0.0}, xp=xp,
-                      memory_budget=budget, q=64)
+    rows = KernelRows(
+        X,
+        "rbf",
+        {"gamma": 0.3, "degree": 3, "coef0": 0.0},
+        xp=xp,
+        memory_budget=budget,
+        q=64,
+    )
     q = rows.q
     assert rows.slots == q < 64  # the budget lowered the working-set size
     B = np.arange(q)
@@ -272,8 +318,9 @@ def test_precomputed_and_callable_kernels_match_builtin():
     Ktr = xpml.kernels.gram(Xtr, kernel="rbf", gamma=0.1)
     Kte = xpml.kernels.gram(Xte, Xtr, kernel="rbf", gamma=0.1)
     pre = SVC(kernel="precomputed", tol=1e-8).fit(Ktr, ytr)
-    np.testing.assert_allclose(pre.decision_function(Kte), rbf.decision_function(Xte),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        pre.decision_function(Kte), rbf.decision_function(Xte), atol=1e-6
+    )
     np.testing.assert_array_equal(pre.support_, rbf.support_)
     assert pre.support_vectors_.shape[0] == 0
 
@@ -283,8 +330,9 @@ def test_precomputed_and_callable_kernels_match_builtin():
     lin = SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
     for f in (lin_xp, lambda A, B: A @ B.T):
         c = SVC(kernel=f, tol=1e-8).fit(Xtr, ytr)
-        np.testing.assert_allclose(c.decision_function(Xte), lin.decision_function(Xte),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            c.decision_function(Xte), lin.decision_function(Xte), atol=1e-6
+        )
 
 
 def test_non_psd_sigmoid_kernel_terminates():
@@ -310,9 +358,12 @@ def test_class_weight_and_sample_weight_match_sklearn(cw):
     Xtr, ytr, Xte, _ = _dataset("wine")
     sw = np.random.default_rng(0).uniform(0.2, 2.0, len(ytr))
     ours = SVC(kernel="rbf", tol=TOL, class_weight=cw).fit(Xtr, ytr, sample_weight=sw)
-    ref = sk_svm.SVC(kernel="rbf", tol=TOL, class_weight=cw).fit(Xtr, ytr, sample_weight=sw)
-    np.testing.assert_allclose(ours.decision_function(Xte), ref.decision_function(Xte),
-                               atol=1e-3)
+    ref = sk_svm.SVC(kernel="rbf", tol=TOL, class_weight=cw).fit(
+        Xtr, ytr, sample_weight=sw
+    )
+    np.testing.assert_allclose(
+        ours.decision_function(Xte), ref.decision_function(Xte), atol=1e-3
+    )
     np.testing.assert_allclose(ours.class_weight_, ref.class_weight_)
     np.testing.assert_array_equal(ours.n_support_, ref.n_support_)
 
@@ -323,7 +374,9 @@ def test_zero_sample_weight_drops_the_sample():
     sw[::5] = 0.0
     a = SVC(tol=1e-8).fit(Xtr, ytr, sample_weight=sw)
     b = SVC(tol=1e-8, gamma=a._gamma).fit(Xtr[sw > 0], ytr[sw > 0])
-    np.testing.assert_allclose(a.decision_function(Xte), b.decision_function(Xte), atol=1e-6)
+    np.testing.assert_allclose(
+        a.decision_function(Xte), b.decision_function(Xte), atol=1e-6
+    )
     assert not np.isin(a.support_, np.flatnonzero(sw == 0)).any()
 
 
@@ -412,7 +465,9 @@ def test_bench_suite_runs(tmp_path):
 
     from xpml.cli import main
 
-    assert main(["bench", "svm", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["bench", "svm", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    )
     rows = json.loads((tmp_path / "bench-numpy-quick.json").read_text())["results"]
     assert {r["case"] for r in rows} == {"SVC.fit rbf", "SVC.decision_function rbf"}
     assert all(r["ratio"] > 0 for r in rows)

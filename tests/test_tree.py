@@ -18,7 +18,11 @@ from sklearn.tree import export_text as sk_export_text
 from xpml.exceptions import InvalidParameterError
 from xpml.tree import DecisionTreeClassifier, DecisionTreeRegressor, export_text
 
-LOADERS = {"breast_cancer": load_breast_cancer, "wine": load_wine, "digits": load_digits}
+LOADERS = {
+    "breast_cancer": load_breast_cancer,
+    "wine": load_wine,
+    "digits": load_digits,
+}
 _CACHE = {}
 
 
@@ -42,9 +46,15 @@ def test_root_split_equals_sklearn(name, criterion):
     ours = DecisionTreeClassifier(criterion=criterion, max_depth=1).fit(X, y)
     ref = SkTree(criterion=criterion, max_depth=1, random_state=0).fit(X, y)
     assert int(ours.tree_feature_[0]) == int(ref.tree_.feature[0])
-    np.testing.assert_allclose(ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6)
-    np.testing.assert_allclose(ours.tree_impurity_[0], ref.tree_.impurity[0], rtol=1e-12)
-    np.testing.assert_allclose(_root_decrease(ours.tree_), _root_decrease(ref.tree_), rtol=1e-9)
+    np.testing.assert_allclose(
+        ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        ours.tree_impurity_[0], ref.tree_.impurity[0], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        _root_decrease(ours.tree_), _root_decrease(ref.tree_), rtol=1e-9
+    )
     np.testing.assert_allclose(ours.tree_value_, ref.tree_.value[:, 0, :], rtol=1e-12)
 
 
@@ -67,10 +77,16 @@ def test_test_accuracy_close_to_sklearn(name):
     X, y = _data(name)
     ours, ref = [], []
     for seed in range(3):
-        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+        Xtr, Xte, ytr, yte = train_test_split(
+            X, y, test_size=0.3, random_state=seed, stratify=y
+        )
         for crit in ("gini", "entropy"):
-            ours.append(DecisionTreeClassifier(criterion=crit).fit(Xtr, ytr).score(Xte, yte))
-            ref.append(SkTree(criterion=crit, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+            ours.append(
+                DecisionTreeClassifier(criterion=crit).fit(Xtr, ytr).score(Xte, yte)
+            )
+            ref.append(
+                SkTree(criterion=crit, random_state=seed).fit(Xtr, ytr).score(Xte, yte)
+            )
     assert abs(np.mean(ours) - np.mean(ref)) <= 0.02, (np.mean(ours), np.mean(ref))
 
 
@@ -93,16 +109,21 @@ def test_stopping_rules_give_sklearn_tree():
     kw = dict(min_samples_leaf=5, min_samples_split=12, min_impurity_decrease=0.002)
     for depth in (2, 4):
         ours = DecisionTreeClassifier(max_depth=depth, **kw).fit(X, y)
-        ref = _one_of_sklearns(ours, lambda s: SkTree(max_depth=depth, random_state=s,
-                                                      **kw).fit(X, y), X)
+        ref = _one_of_sklearns(
+            ours, lambda s: SkTree(max_depth=depth, random_state=s, **kw).fit(X, y), X
+        )
         assert ours.node_count_ == ref.tree_.node_count
-        assert ours.max_depth_ == ref.get_depth() and ours.n_leaves_ == ref.get_n_leaves()
+        assert (
+            ours.max_depth_ == ref.get_depth() and ours.n_leaves_ == ref.get_n_leaves()
+        )
         np.testing.assert_array_equal(ours.predict_proba(X), ref.predict_proba(X))
-        np.testing.assert_allclose(ours.feature_importances_, ref.feature_importances_,
-                                   rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            ours.feature_importances_, ref.feature_importances_, rtol=1e-9, atol=1e-12
+        )
         # same nodes, numbered breadth-first here and depth-first by scikit-learn
-        np.testing.assert_allclose(np.sort(ours.tree_impurity_), np.sort(ref.tree_.impurity),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            np.sort(ours.tree_impurity_), np.sort(ref.tree_.impurity), rtol=1e-12
+        )
 
 
 def test_regressor_matches_sklearn():
@@ -112,7 +133,9 @@ def test_regressor_matches_sklearn():
         ours = DecisionTreeRegressor(**kw).fit(X, target)
         ref = SkReg(random_state=0, **kw).fit(X, target)
         assert int(ours.tree_feature_[0]) == int(ref.tree_.feature[0])
-        np.testing.assert_allclose(ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6)
+        np.testing.assert_allclose(
+            ours.tree_threshold_[0], ref.tree_.threshold[0], rtol=1e-6
+        )
         np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-10)
 
 
@@ -177,23 +200,33 @@ def test_backends_give_numpy_results(xp):
     X, y = _noisy(5, n=300)
     w = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
     kw = dict(max_features=3, random_state=4, min_samples_leaf=2)
-    ref = DecisionTreeClassifier(criterion="entropy", **kw).fit(X[:200], y[:200],
-                                                               sample_weight=w[:200])
+    ref = DecisionTreeClassifier(criterion="entropy", **kw).fit(
+        X[:200], y[:200], sample_weight=w[:200]
+    )
     got = DecisionTreeClassifier(criterion="entropy", **kw).fit(
-        xp.asarray(X[:200]), xp.asarray(y[:200]), sample_weight=xp.asarray(w[:200]))
+        xp.asarray(X[:200]), xp.asarray(y[:200]), sample_weight=xp.asarray(w[:200])
+    )
     P = got.predict_proba(xp.asarray(X))
     assert xp.is_native(P)
-    np.testing.assert_allclose(xp.to_numpy(P), ref.predict_proba(X), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        xp.to_numpy(P), ref.predict_proba(X), rtol=1e-12, atol=1e-12
+    )
     np.testing.assert_array_equal(xp.to_numpy(got.apply(xp.asarray(X))), ref.apply(X))
     np.testing.assert_array_equal(xp.to_numpy(got.tree_threshold_), ref.tree_threshold_)
     ref.prune(X[200:], y[200:])
     got.prune(xp.asarray(X[200:]), xp.asarray(y[200:]))
     assert got.node_count_ == ref.node_count_
-    np.testing.assert_array_equal(xp.to_numpy(got.predict(xp.asarray(X))), ref.predict(X))
+    np.testing.assert_array_equal(
+        xp.to_numpy(got.predict(xp.asarray(X))), ref.predict(X)
+    )
     t = X[:, 0] ** 2 + X[:, 1]
     r1 = DecisionTreeRegressor(max_features=0.5, random_state=0).fit(X, t)
-    r2 = DecisionTreeRegressor(max_features=0.5, random_state=0).fit(xp.asarray(X), xp.asarray(t))
-    np.testing.assert_allclose(xp.to_numpy(r2.predict(xp.asarray(X))), r1.predict(X), rtol=1e-12)
+    r2 = DecisionTreeRegressor(max_features=0.5, random_state=0).fit(
+        xp.asarray(X), xp.asarray(t)
+    )
+    np.testing.assert_allclose(
+        xp.to_numpy(r2.predict(xp.asarray(X))), r1.predict(X), rtol=1e-12
+    )
 
 
 def test_random_feature_subsets_are_seeded():
@@ -201,8 +234,12 @@ def test_random_feature_subsets_are_seeded():
     a = DecisionTreeClassifier(max_features="sqrt", random_state=3).fit(X, y)
     b = DecisionTreeClassifier(max_features="sqrt", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.tree_feature_, b.tree_feature_)
-    c = [DecisionTreeClassifier(max_features=1, random_state=s).fit(X, y).tree_feature_[0]
-         for s in range(8)]
+    c = [
+        DecisionTreeClassifier(max_features=1, random_state=s)
+        .fit(X, y)
+        .tree_feature_[0]
+        for s in range(8)
+    ]
     assert len(set(np.asarray(c).tolist())) > 1
 
 
@@ -228,6 +265,10 @@ def test_export_text_truncates():
     text = export_text(clf, max_depth=1, feature_names=names)
     assert text.startswith("|--- f20 <= 16.80")
     assert "truncated branch of depth" in text
-    refs = [sk_export_text(SkTree(random_state=s).fit(X, y), max_depth=1, feature_names=names)
-            for s in range(10)]
+    refs = [
+        sk_export_text(
+            SkTree(random_state=s).fit(X, y), max_depth=1, feature_names=names
+        )
+        for s in range(10)
+    ]
     assert text in refs

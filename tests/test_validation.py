@@ -51,10 +51,18 @@ def test_sample_weight(xp):
     ns = xp.xp
     w = check_sample_weight(None, 3, xp=ns, dtype=ns.float64)
     np.testing.assert_array_equal(xp.to_numpy(w), 1.0)
-    with pytest.raises(ValueError, match="Negative values in data passed to sample_weight"):
-        check_sample_weight(xp.asarray(np.array([1.0, -1.0, 1.0])), 3, xp=ns, dtype=ns.float64)
-    with pytest.raises(ValueError, match=r"sample_weight.shape == \(2,\), expected \(3,\)"):
-        check_sample_weight(xp.asarray(np.array([1.0, 1.0])), 3, xp=ns, dtype=ns.float64)
+    with pytest.raises(
+        ValueError, match="Negative values in data passed to sample_weight"
+    ):
+        check_sample_weight(
+            xp.asarray(np.array([1.0, -1.0, 1.0])), 3, xp=ns, dtype=ns.float64
+        )
+    with pytest.raises(
+        ValueError, match=r"sample_weight.shape == \(2,\), expected \(3,\)"
+    ):
+        check_sample_weight(
+            xp.asarray(np.array([1.0, 1.0])), 3, xp=ns, dtype=ns.float64
+        )
     with pytest.raises(ValueError, match="all zeros"):
         check_sample_weight(xp.asarray(np.zeros(3)), 3, xp=ns, dtype=ns.float64)
 

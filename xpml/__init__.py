@@ -20,10 +20,30 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "backend", "get_backend", "set_backend", "load"]
 
 _SUBMODULES = {
-    "base", "cluster", "decomposition", "discriminant_analysis", "ensemble", "exceptions",
-    "kernel_approximation", "kernel_ridge", "kernels", "linalg", "linear_model", "metrics",
-    "model_selection", "naive_bayes", "neighbors", "nn", "online", "parity", "svm", "tree",
-    "utils", "datasets", "bench", "demos",
+    "base",
+    "cluster",
+    "decomposition",
+    "discriminant_analysis",
+    "ensemble",
+    "exceptions",
+    "kernel_approximation",
+    "kernel_ridge",
+    "kernels",
+    "linalg",
+    "linear_model",
+    "metrics",
+    "model_selection",
+    "naive_bayes",
+    "neighbors",
+    "nn",
+    "online",
+    "parity",
+    "svm",
+    "tree",
+    "utils",
+    "datasets",
+    "bench",
+    "demos",
 }
 
 

@@ -128,7 +128,9 @@ def _resolve_device(name, device):
         return device
     if name == "numpy":
         if device not in ("cpu", None):
-            raise ValueError(f"backend 'numpy' has only the device 'cpu'; got {device!r}")
+            raise ValueError(
+                f"backend 'numpy' has only the device 'cpu'; got {device!r}"
+            )
         return "cpu"
     return device
 
@@ -308,7 +310,9 @@ def float_dtype(xp, device=None, requested=None, like=None):
     has64 = _has_float64(xp, device)
     if requested == "float64":
         if not has64:
-            raise TypeError("float64 was requested but this device has no float64 support")
+            raise TypeError(
+                "float64 was requested but this device has no float64 support"
+            )
         return xp.float64
     if like is not None and like == xp.float32:
         return xp.float32
@@ -325,7 +329,9 @@ def _has_float64(xp, device):
 
 # --------------------------------------------------------------------- context
 def _is_array(x):
-    return array_api_compat.is_array_api_obj(x) and not isinstance(x, (int, float, bool))
+    return array_api_compat.is_array_api_obj(x) and not isinstance(
+        x, (int, float, bool)
+    )
 
 
 @dataclasses.dataclass
@@ -378,7 +384,11 @@ def enter(*arrays, names=None):
         The arrays moved to the compute namespace (array-likes become NumPy
         arrays first; None stays None).
     """
-    names = list(names) if names is not None else [f"argument {i}" for i in range(len(arrays))]
+    names = (
+        list(names)
+        if names is not None
+        else [f"argument {i}" for i in range(len(arrays))]
+    )
     libs = {}
     converted = []
     for nm, a in zip(names, arrays):
@@ -405,7 +415,11 @@ def enter(*arrays, names=None):
                 f"backend (xpml.set_backend('numpy'|'torch'|'cupy'|...)) to convert them."
             )
         first = next((a for a in converted if a is not None), None)
-        xp = array_api_compat.array_namespace(first) if first is not None else _namespace("numpy")
+        xp = (
+            array_api_compat.array_namespace(first)
+            if first is not None
+            else _namespace("numpy")
+        )
         device = array_api_compat.device(first) if first is not None else None
         ctx = Context(xp, device, xp, device, be.dtype)
         return ctx, converted

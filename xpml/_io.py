@@ -41,25 +41,35 @@ def _encode(value, arrays, where):
     if array_api_compat.is_array_api_obj(value):
         host = to_numpy(value)
         if host.dtype.kind == "O":
-            raise TypeError(f"cannot save {where}: object arrays are not stored (not safe to load)")
+            raise TypeError(
+                f"cannot save {where}: object arrays are not stored (not safe to load)"
+            )
         key = f"a{len(arrays)}"
         arrays[key] = np.ascontiguousarray(host)
         return {"__array__": key}
     if isinstance(value, Persistable):
         cls = type(value)
-        params = {k: _encode(v, arrays, f"{where}.{k}")
-                  for k, v in value.get_params(deep=False).items()}
+        params = {
+            k: _encode(v, arrays, f"{where}.{k}")
+            for k, v in value.get_params(deep=False).items()
+        }
         names = set(value.get_params(deep=False))
-        state = {k: _encode(v, arrays, f"{where}.{k}")
-                 for k, v in vars(value).items()
-                 if k not in names and not k.startswith("_cache")}
+        state = {
+            k: _encode(v, arrays, f"{where}.{k}")
+            for k, v in vars(value).items()
+            if k not in names and not k.startswith("_cache")
+        }
         return {"__object__": cls.__name__, "params": params, "state": state}
     if isinstance(value, (list, tuple)):
         items = [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if isinstance(value, list) else {"__tuple__": items}
     if isinstance(value, dict):
-        return {"__dict__": [[_encode(k, arrays, where), _encode(v, arrays, f"{where}[{k!r}]")]
-                             for k, v in value.items()]}
+        return {
+            "__dict__": [
+                [_encode(k, arrays, where), _encode(v, arrays, f"{where}[{k!r}]")]
+                for k, v in value.items()
+            ]
+        }
     if isinstance(value, complex):
         return {"__complex__": [value.real, value.imag]}
     raise TypeError(
@@ -108,7 +118,9 @@ class _Decoder:
             raise self.bad(f"array {key!r} is missing")
         try:
             with self.zf.open(name) as fh:
-                arr = np.lib.format.read_array(io.BytesIO(fh.read()), allow_pickle=False)
+                arr = np.lib.format.read_array(
+                    io.BytesIO(fh.read()), allow_pickle=False
+                )
         except ValueError as exc:
             raise self.bad(f"array {key!r} could not be read safely ({exc})") from exc
         except (zipfile.BadZipFile, EOFError, OSError) as exc:
@@ -133,7 +145,9 @@ class _Decoder:
             return tuple(self.decode(v) for v in node["__tuple__"])
         if "__dict__" in node:
             items = node["__dict__"]
-            if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2 for p in items):
+            if not isinstance(items, list) or not all(
+                isinstance(p, list) and len(p) == 2 for p in items
+            ):
                 raise self.bad("malformed mapping")
             return {_hashable(self.decode(k)): self.decode(v) for k, v in items}
         if "__complex__" in node:
@@ -143,7 +157,9 @@ class _Decoder:
             name = node["__object__"]
             registry = registered_classes()
             if name not in registry:
-                raise self.bad(f"unknown class {name!r} (only xpml classes can be loaded)")
+                raise self.bad(
+                    f"unknown class {name!r} (only xpml classes can be loaded)"
+                )
             cls = registry[name]
             params = node.get("params", {})
             state = node.get("state", {})
@@ -198,7 +214,9 @@ def load(path, *, backend=None, device=None):
         try:
             raw = zf.read("model.json")
         except KeyError as exc:
-            raise ValueError(f"{str(path)!r} is not a valid xpml model file: no model.json") from exc
+            raise ValueError(
+                f"{str(path)!r} is not a valid xpml model file: no model.json"
+            ) from exc
         except (zipfile.BadZipFile, EOFError, OSError) as exc:
             raise ValueError(
                 f"{str(path)!r} is not a valid xpml model file: it is truncated or corrupted ({exc})"
@@ -206,9 +224,13 @@ def load(path, *, backend=None, device=None):
         try:
             doc = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{str(path)!r} is not a valid xpml model file: bad JSON ({exc})") from exc
+            raise ValueError(
+                f"{str(path)!r} is not a valid xpml model file: bad JSON ({exc})"
+            ) from exc
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{str(path)!r} is not a valid xpml model file: wrong format tag")
+            raise ValueError(
+                f"{str(path)!r} is not a valid xpml model file: wrong format tag"
+            )
         if doc.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"{str(path)!r} has format version {doc.get('format_version')!r}; this xpml "

@@ -156,8 +156,11 @@ class BaseEstimator(Persistable):
 
     # ------------------------------------------------------------- contract
     def _validate_params(self):
-        validate_params(type(self).__name__, self.get_params(deep=False),
-                        self._parameter_constraints)
+        validate_params(
+            type(self).__name__,
+            self.get_params(deep=False),
+            self._parameter_constraints,
+        )
 
     def _validate_fit_data(
         self,
@@ -195,16 +198,32 @@ class BaseEstimator(Persistable):
             classes, y = encode_labels(y, name="y")
             self.classes_ = classes
         check_consistent_length(X, y, sample_weight, names=("X", "y", "sample_weight"))
-        ctx, (X, y, sample_weight) = enter(X, y, sample_weight, names=("X", "y", "sample_weight"))
+        ctx, (X, y, sample_weight) = enter(
+            X, y, sample_weight, names=("X", "y", "sample_weight")
+        )
         xp = ctx.xp
-        X = check_array(X, xp=xp, name="X", ndim=x_ndim, requested=ctx.dtype, dtype=x_dtype,
-                        min_samples=min_samples, ensure_finite=ensure_finite)
+        X = check_array(
+            X,
+            xp=xp,
+            name="X",
+            ndim=x_ndim,
+            requested=ctx.dtype,
+            dtype=x_dtype,
+            min_samples=min_samples,
+            ensure_finite=ensure_finite,
+        )
         n = int(X.shape[0])
         if x_ndim == 2 or (isinstance(x_ndim, tuple) and len(X.shape) == 2):
             self.n_features_in_ = int(X.shape[1])
         if target in ("continuous", "multi"):
-            y = check_targets(y, xp=xp, name="y", n_samples=n, multi_output=target == "multi",
-                              requested=ctx.dtype)
+            y = check_targets(
+                y,
+                xp=xp,
+                name="y",
+                n_samples=n,
+                multi_output=target == "multi",
+                requested=ctx.dtype,
+            )
             if y.dtype != X.dtype and xp.isdtype(X.dtype, "real floating"):
                 y = xp.astype(y, X.dtype)
         fdtype = X.dtype if xp.isdtype(X.dtype, "real floating") else None
@@ -213,17 +232,26 @@ class BaseEstimator(Persistable):
                 from xpml._backend import float_dtype
 
                 fdtype = float_dtype(xp, ctx.device, ctx.dtype)
-            sample_weight = check_sample_weight(sample_weight, n, xp=xp, dtype=fdtype,
-                                                device=ctx.device)
+            sample_weight = check_sample_weight(
+                sample_weight, n, xp=xp, dtype=fdtype, device=ctx.device
+            )
         return ctx, X, y, sample_weight
 
-    def _validate_predict_data(self, X, *, name="X", ensure_finite=True, x_dtype="float",
-                               x_ndim=2):
+    def _validate_predict_data(
+        self, X, *, name="X", ensure_finite=True, x_dtype="float", x_ndim=2
+    ):
         """Check the estimator is fitted and validate ``X`` for predict/transform."""
         check_is_fitted(self)
         ctx, (X,) = enter(X, names=(name,))
-        X = check_array(X, xp=ctx.xp, name=name, ndim=x_ndim, requested=ctx.dtype,
-                        dtype=x_dtype, ensure_finite=ensure_finite)
+        X = check_array(
+            X,
+            xp=ctx.xp,
+            name=name,
+            ndim=x_ndim,
+            requested=ctx.dtype,
+            dtype=x_dtype,
+            ensure_finite=ensure_finite,
+        )
         if len(X.shape) == 2:
             check_n_features(self, X, name=name)
         return ctx, X
@@ -248,7 +276,9 @@ class BaseEstimator(Persistable):
         t = self._xpml_tags
         kind = getattr(self, "_estimator_type", None)
         tags = Tags(
-            estimator_type=kind if kind in ("classifier", "regressor", "clusterer") else None,
+            estimator_type=kind
+            if kind in ("classifier", "regressor", "clusterer")
+            else None,
             target_tags=TargetTags(
                 required=kind in ("classifier", "regressor"),
                 one_d_labels=False,
@@ -257,14 +287,19 @@ class BaseEstimator(Persistable):
                 multi_output=t.get("multi_output", False),
                 single_output=True,
             ),
-            transformer_tags=TransformerTags() if isinstance(self, TransformerMixin) else None,
+            transformer_tags=TransformerTags()
+            if isinstance(self, TransformerMixin)
+            else None,
             classifier_tags=ClassifierTags(
                 poor_score=t.get("poor_score", False),
                 multi_class=t.get("multi_class", True),
                 multi_label=False,
-            ) if kind == "classifier" else None,
+            )
+            if kind == "classifier"
+            else None,
             regressor_tags=RegressorTags(poor_score=t.get("poor_score", False))
-            if kind == "regressor" else None,
+            if kind == "regressor"
+            else None,
             input_tags=InputTags(
                 pairwise=bool(t.get("pairwise", False)),
                 positive_only=t.get("positive_only", False),
@@ -353,6 +388,8 @@ def clone(estimator):
     if isinstance(estimator, (list, tuple)):
         return type(estimator)(clone(e) for e in estimator)
     params = estimator.get_params(deep=False)
-    new = {k: clone(v) if isinstance(v, Persistable) else copy.deepcopy(v)
-           for k, v in params.items()}
+    new = {
+        k: clone(v) if isinstance(v, Persistable) else copy.deepcopy(v)
+        for k, v in params.items()
+    }
     return type(estimator)(**new)

@@ -29,7 +29,9 @@ def _info(args):
             print(f"  {name:<17} unavailable: {exc}")
             continue
         try:
-            with warnings.catch_warnings():  # torch warns about legacy device types here
+            with (
+                warnings.catch_warnings()
+            ):  # torch warns about legacy device types here
                 warnings.simplefilter("ignore")
                 devices = list(xp.__array_namespace_info__().devices())
         except Exception:
@@ -42,9 +44,13 @@ def _info(args):
             try:
                 import cupy
 
-                devices = [f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())]
+                devices = [
+                    f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())
+                ]
             except Exception as exc:
-                print(f"  {name:<17} {getattr(mod, '__version__', '?')}: no usable GPU ({exc})")
+                print(
+                    f"  {name:<17} {getattr(mod, '__version__', '?')}: no usable GPU ({exc})"
+                )
                 continue
         parts = []
         for d in devices:
@@ -57,7 +63,10 @@ def _info(args):
                 dev = None
             f64 = _has_float64(xp, dev)
             parts.append(f"{d} (float64: {'yes' if f64 else 'no'})")
-        print(f"  {name:<17} {getattr(mod, '__version__', '?'):<12} " + ", ".join(map(str, parts)))
+        print(
+            f"  {name:<17} {getattr(mod, '__version__', '?'):<12} "
+            + ", ".join(map(str, parts))
+        )
     return 0
 
 
@@ -65,29 +74,44 @@ def _bench(args):
     from xpml.bench import Bench, discover
 
     suites = discover()
-    chosen = args.suites or [n for n, m in suites.items() if getattr(m, "DEFAULT", True)]
+    chosen = args.suites or [
+        n for n, m in suites.items() if getattr(m, "DEFAULT", True)
+    ]
     unknown = [s for s in chosen if s not in suites]
     if unknown:
-        print(f"unknown suite(s) {unknown}; available: {', '.join(suites)}", file=sys.stderr)
+        print(
+            f"unknown suite(s) {unknown}; available: {', '.join(suites)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        print("xpml bench compares against scikit-learn: pip install 'xpml[bench]'",
-              file=sys.stderr)
+        print(
+            "xpml bench compares against scikit-learn: pip install 'xpml[bench]'",
+            file=sys.stderr,
+        )
         return 2
-    bench = Bench(backend=args.backend, device=args.device, quick=args.quick,
-                  repeats=args.repeats)
-    print(f"xpml bench: backend={args.backend} device={args.device} "
-          f"{'quick' if args.quick else 'full'} sizes, {args.repeats} repeats "
-          f"(median after a warm-up; ratio = xpml / reference)")
+    bench = Bench(
+        backend=args.backend, device=args.device, quick=args.quick, repeats=args.repeats
+    )
+    print(
+        f"xpml bench: backend={args.backend} device={args.device} "
+        f"{'quick' if args.quick else 'full'} sizes, {args.repeats} repeats "
+        f"(median after a warm-up; ratio = xpml / reference)"
+    )
     failures = 0
     for name in chosen:
-        missing = [m for m in getattr(suites[name], "REQUIRES", ())
-                   if importlib.util.find_spec(m) is None]
+        missing = [
+            m
+            for m in getattr(suites[name], "REQUIRES", ())
+            if importlib.util.find_spec(m) is None
+        ]
         if missing:
-            print(f"{name:>10} skipped: needs {', '.join(missing)} for its reference "
-                  f"(pip install {' '.join(missing)})")
+            print(
+                f"{name:>10} skipped: needs {', '.join(missing)} for its reference "
+                f"(pip install {' '.join(missing)})"
+            )
             continue
         try:
             suites[name].run(bench)

@@ -28,7 +28,9 @@ __all__ = ["LinearDiscriminantAnalysis", "QuadraticDiscriminantAnalysis"]
 def _class_stats(X, codes, K, sw, /, *, xp):
     """Weighted class counts (K,) and means (K, d), and the one-hot matrix (n, K).
     A class with zero total weight gets a zero mean."""
-    onehot = xp.astype(codes[:, None] == xp.arange(K, device=_device(X))[None, :], X.dtype)
+    onehot = xp.astype(
+        codes[:, None] == xp.arange(K, device=_device(X))[None, :], X.dtype
+    )
     W = onehot * sw[:, None]
     counts = xp.sum(W, axis=0)
     means = (W.T @ X) / xp.where(counts > 0, counts, xp.ones_like(counts))[:, None]
@@ -40,7 +42,8 @@ def _check_weighted_classes(counts, classes, /, *, xp):
     if int(xp.sum(xp.astype(counts > 0, xp.int64))) < 2:
         raise ValueError(
             f"only one class has a positive total sample weight (classes "
-            f"{to_numpy(classes).tolist()!r}); at least two classes are needed")
+            f"{to_numpy(classes).tolist()!r}); at least two classes are needed"
+        )
 
 
 def _priors(param, counts, /, *, xp, name):
@@ -48,11 +51,17 @@ def _priors(param, counts, /, *, xp, name):
     K = counts.shape[0]
     if param is None:
         return counts / xp.sum(counts)
-    p = np.asarray(to_numpy(param) if hasattr(param, "shape") else param, dtype=np.float64)
+    p = np.asarray(
+        to_numpy(param) if hasattr(param, "shape") else param, dtype=np.float64
+    )
     if p.shape != (K,):
-        raise ValueError(f"priors must have one entry per class, shape ({K},); got {p.shape}")
+        raise ValueError(
+            f"priors must have one entry per class, shape ({K},); got {p.shape}"
+        )
     if np.any(p < 0) or p.sum() <= 0:
-        raise ValueError(f"priors must be non-negative and not all zero; got {p.tolist()}")
+        raise ValueError(
+            f"priors must be non-negative and not all zero; got {p.tolist()}"
+        )
     return xp.asarray(p / p.sum(), dtype=counts.dtype, device=_device(counts))
 
 
@@ -124,7 +133,9 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
 
     def fit(self, X, y, sample_weight=None):
         """Estimate priors, means and the pooled covariance; returns self."""
-        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         d = X.shape[1]
@@ -133,13 +144,15 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
         safe = xp.where(counts > 0, counts, xp.ones_like(counts))
         priors = _priors(self.priors, counts, xp=xp, name="priors")
         Xc = X - onehot @ means
-        row_w = sw * (onehot @ (priors / safe))                   # π_k / n_k for each row
+        row_w = sw * (onehot @ (priors / safe))  # π_k / n_k for each row
         Sigma = (Xc * row_w[:, None]).T @ Xc
         if self.shrinkage:
             s = float(self.shrinkage)
             mu = xp.sum(xp.linalg.diagonal(Sigma)) / d
-            Sigma = (1.0 - s) * Sigma + s * mu * xp.eye(d, dtype=X.dtype, device=ctx.device)
-        Theta = psd_lstsq(Sigma, means.T, xp=xp)                   # (d, K): Σ⁺ μ_k
+            Sigma = (1.0 - s) * Sigma + s * mu * xp.eye(
+                d, dtype=X.dtype, device=ctx.device
+            )
+        Theta = psd_lstsq(Sigma, means.T, xp=xp)  # (d, K): Σ⁺ μ_k
         coef = Theta.T
         intercept = -0.5 * xp.sum(means * coef, axis=1) + xp.log(priors)
         self.priors_ = priors
@@ -182,7 +195,11 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        codes = xp.astype(Z[:, 0] > 0, xp.int64) if Z.shape[1] == 1 else xp.argmax(Z, axis=1)
+        codes = (
+            xp.astype(Z[:, 0] > 0, xp.int64)
+            if Z.shape[1] == 1
+            else xp.argmax(Z, axis=1)
+        )
         return decode_labels(self.classes_, codes, ctx)
 
 
@@ -244,11 +261,13 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         d = X.shape[1]
-        host = to_numpy(codes)                                   # one transfer
+        host = to_numpy(codes)  # one transfer
         counts, means, _ = _class_stats(X, codes, K, sw, xp=xp)
         if int(np.bincount(host, minlength=K).min()) < 2:
-            raise ValueError("y has a class with a single sample; QuadraticDiscriminantAnalysis "
-                             "needs at least two samples per class to estimate its covariance")
+            raise ValueError(
+                "y has a class with a single sample; QuadraticDiscriminantAnalysis "
+                "needs at least two samples per class to estimate its covariance"
+            )
         priors = _priors(self.priors, counts, xp=xp, name="priors")
         r = float(self.reg_param)
         eps = 2.220446049250313e-16 if X.dtype == xp.float64 else 1.1920929e-07
@@ -258,15 +277,18 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             Xk = xp.take(X, idx, axis=0) - means[k, :]
             nk = int(Xk.shape[0])
             _, S, Vt = xp.linalg.svd(Xk, full_matrices=nk < d)
-            S2 = (S * S) / nk                                        # ML variances
-            if nk < d:                                               # unseen directions
-                S2 = xp.concat([S2, xp.zeros((d - nk,), dtype=X.dtype, device=ctx.device)])
+            S2 = (S * S) / nk  # ML variances
+            if nk < d:  # unseen directions
+                S2 = xp.concat(
+                    [S2, xp.zeros((d - nk,), dtype=X.dtype, device=ctx.device)]
+                )
             S2 = (1.0 - r) * S2 + r
             if float(xp.min(S2)) <= d * eps * float(xp.max(S2)):
                 raise ValueError(
                     f"the covariance of class {to_numpy(self.classes_)[k]!r} is singular "
                     f"(its {nk} samples span fewer than d={d} directions, or features are "
-                    f"collinear); increase reg_param (now {r}) to regularise it")
+                    f"collinear); increase reg_param (now {r}) to regularise it"
+                )
             R = Vt.T
             rotations.append(R)
             scalings.append(S2)
@@ -308,4 +330,6 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
     def predict(self, X):
         """Most probable classes (n,)."""
         ctx, X = self._validate_predict_data(X)
-        return decode_labels(self.classes_, ctx.xp.argmax(self._scores(X, ctx), axis=1), ctx)
+        return decode_labels(
+            self.classes_, ctx.xp.argmax(self._scores(X, ctx), axis=1), ctx
+        )

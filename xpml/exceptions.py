@@ -1,7 +1,12 @@
 """Exceptions and warnings raised by xpml."""
 
-__all__ = ["NotFittedError", "InvalidParameterError", "ConvergenceWarning",
-           "SeparableDataWarning", "DataConversionWarning"]
+__all__ = [
+    "NotFittedError",
+    "InvalidParameterError",
+    "ConvergenceWarning",
+    "SeparableDataWarning",
+    "DataConversionWarning",
+]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -40,7 +45,9 @@ def _bridge(ours):
         return ours
     cls = _bridged.get(ours.__name__)
     if cls is None:
-        cls = type(ours.__name__, (ours, getattr(sk, ours.__name__)), {"__module__": __name__})
+        cls = type(
+            ours.__name__, (ours, getattr(sk, ours.__name__)), {"__module__": __name__}
+        )
         _bridged[ours.__name__] = cls
     return cls
 

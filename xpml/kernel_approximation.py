@@ -44,17 +44,26 @@ def _inverse_sqrt_psd(K, /, *, xp, rcond=None):
         rcond = m * eps
     cut = rcond * xp.max(xp.abs(w))
     keep = w > cut
-    inv_sqrt = xp.where(keep, 1.0 / xp.sqrt(xp.where(keep, w, xp.ones_like(w))),
-                        xp.zeros_like(w))
+    inv_sqrt = xp.where(
+        keep, 1.0 / xp.sqrt(xp.where(keep, w, xp.ones_like(w))), xp.zeros_like(w)
+    )
     return (V * inv_sqrt[None, :]) @ V.T, keep
 
 
 def _blocked_map(X, Y, kernel, params, right, /, *, xp):
     """``K(X, Y) @ right`` computed in row blocks under the Gram engine's budget."""
-    rows = block_rows_for(int(Y.shape[0]), int(Y.shape[1]), 4 if X.dtype == xp.float32 else 8,
-                          kernel=kernel)
-    parts = [Kb @ right for _, _, Kb in iter_kernel_blocks(X, Y, kernel, params, xp=xp,
-                                                           block_rows=rows, symmetric=False)]
+    rows = block_rows_for(
+        int(Y.shape[0]),
+        int(Y.shape[1]),
+        4 if X.dtype == xp.float32 else 8,
+        kernel=kernel,
+    )
+    parts = [
+        Kb @ right
+        for _, _, Kb in iter_kernel_blocks(
+            X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=False
+        )
+    ]
     return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
 
@@ -220,8 +229,17 @@ or callable, default="rbf"
     }
     _xpml_tags = {"test_params": {"random_state": 0, "n_components": 10}}
 
-    def __init__(self, kernel="rbf", *, gamma=None, coef0=None, degree=None, kernel_params=None,
-                 n_components=100, random_state=None):
+    def __init__(
+        self,
+        kernel="rbf",
+        *,
+        gamma=None,
+        coef0=None,
+        degree=None,
+        kernel_params=None,
+        n_components=100,
+        random_state=None,
+    ):
         self.kernel = kernel
         self.gamma = gamma
         self.coef0 = coef0
@@ -234,9 +252,13 @@ or callable, default="rbf"
         kernel = self.kernel
         if callable(kernel) and self.kernel_params:
             kernel = functools.partial(kernel, **self.kernel_params)
-        return resolve_kernel_params(kernel, n_features, self.gamma,
-                                     3 if self.degree is None else self.degree,
-                                     1.0 if self.coef0 is None else self.coef0)
+        return resolve_kernel_params(
+            kernel,
+            n_features,
+            self.gamma,
+            3 if self.degree is None else self.degree,
+            1.0 if self.coef0 is None else self.coef0,
+        )
 
     def fit(self, X, y=None):
         """Pick the landmarks and compute ``K_LL^{-1/2}``; returns self."""

@@ -53,7 +53,9 @@ def _add_to_diagonal(K, value, /, *, xp, copy):
     """
     n = K.shape[0]
     flat = xp.reshape(K, (n * n,))
-    flat = xpx.at(flat, slice(None, None, n + 1)).add(value, copy=True if copy else None)
+    flat = xpx.at(flat, slice(None, None, n + 1)).add(
+        value, copy=True if copy else None
+    )
     return xp.reshape(flat, (n, n))
 
 
@@ -89,8 +91,9 @@ def _solve_triangular(L, B, /, *, xp, transpose=False, portable=False):
         except ImportError:  # SciPy is optional: fall through to the portable path
             pass
         else:
-            return solve_triangular(L, B, lower=True, trans="T" if transpose else "N",
-                                    check_finite=False)
+            return solve_triangular(
+                L, B, lower=True, trans="T" if transpose else "N", check_finite=False
+            )
     if not portable and array_api_compat.is_torch_namespace(xp):
         import torch
 
@@ -117,7 +120,9 @@ def _inv_sq_frobenius(L, /, *, xp, portable=False):
             (trtri,) = get_lapack_funcs(("trtri",), (L,))
             # a C-ordered L is a Fortran-ordered upper Lᵀ: invert that, no copy
             # (same Frobenius norm)
-            Linv, info = trtri(L.T, lower=0) if L.flags.c_contiguous else trtri(L, lower=1)
+            Linv, info = (
+                trtri(L.T, lower=0) if L.flags.c_contiguous else trtri(L, lower=1)
+            )
             if info == 0:
                 return xp.sum(Linv * Linv)
     n = L.shape[0]
@@ -150,7 +155,11 @@ def _solve_dual(K, Y, alpha, /, *, xp, compute_dof, overwrite, portable=False):
     if L is not None:
         coef = _cho_solve(L, Y, xp=xp, portable=portable)
         # tr(K(K+αI)⁻¹) = tr(I − α(K+αI)⁻¹) = n − α‖L⁻¹‖²_F
-        dof = n - alpha * _inv_sq_frobenius(L, xp=xp, portable=portable) if compute_dof else None
+        dof = (
+            n - alpha * _inv_sq_frobenius(L, xp=xp, portable=portable)
+            if compute_dof
+            else None
+        )
         return coef, dof
     warnings.warn(
         "Singular matrix in solving dual problem (K + alpha*I is not positive definite). "
@@ -246,8 +255,17 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     }
     _xpml_tags = {"multi_output": True}
 
-    def __init__(self, alpha=1.0, *, kernel="linear", gamma=None, degree=3, coef0=1,
-                 kernel_params=None, compute_dof=True):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        kernel="linear",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        kernel_params=None,
+        compute_dof=True,
+    ):
         self.alpha = alpha
         self.kernel = kernel
         self.gamma = gamma
@@ -266,7 +284,9 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         kernel = self.kernel
         if callable(kernel) and self.kernel_params:
             kernel = functools.partial(kernel, **self.kernel_params)
-        return resolve_kernel_params(kernel, n_features, self.gamma, self.degree, self.coef0)
+        return resolve_kernel_params(
+            kernel, n_features, self.gamma, self.degree, self.coef0
+        )
 
     def _alphas(self, n_targets):
         """The regularisation per target, as Python floats (validated)."""
@@ -324,14 +344,21 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         # K may be overwritten in place when this call made it and needs it once
         own_K = weighted or not (precomputed or callable(self.kernel))
         if len(set(alphas)) == 1:
-            coef, dof = _solve_dual(K, Y, alphas[0], xp=xp, compute_dof=self.compute_dof,
-                                    overwrite=own_K)
+            coef, dof = _solve_dual(
+                K, Y, alphas[0], xp=xp, compute_dof=self.compute_dof, overwrite=own_K
+            )
             dof = None if dof is None else float(dof)
         else:
             cols, dofs = [], []
             for j, a in enumerate(alphas):
-                c, d = _solve_dual(K, Y[:, j:j + 1], a, xp=xp, compute_dof=self.compute_dof,
-                                   overwrite=False)
+                c, d = _solve_dual(
+                    K,
+                    Y[:, j : j + 1],
+                    a,
+                    xp=xp,
+                    compute_dof=self.compute_dof,
+                    overwrite=False,
+                )
                 cols.append(c)
                 dofs.append(d)
             coef = xp.concat(cols, axis=1)
@@ -365,8 +392,16 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         if X.dtype != X_fit.dtype:
             X = xp.astype(X, X_fit.dtype)
         kernel, p = self._kernel_and_params(int(X_fit.shape[1]))
-        rows = block_rows_for(int(X_fit.shape[0]), int(X_fit.shape[1]),
-                              4 if X.dtype == xp.float32 else 8, kernel=kernel)
-        parts = [Kb @ coef for _, _, Kb in iter_kernel_blocks(X, X_fit, kernel, p, xp=xp,
-                                                               block_rows=rows, symmetric=False)]
+        rows = block_rows_for(
+            int(X_fit.shape[0]),
+            int(X_fit.shape[1]),
+            4 if X.dtype == xp.float32 else 8,
+            kernel=kernel,
+        )
+        parts = [
+            Kb @ coef
+            for _, _, Kb in iter_kernel_blocks(
+                X, X_fit, kernel, p, xp=xp, block_rows=rows, symmetric=False
+            )
+        ]
         return ctx.out(parts[0] if len(parts) == 1 else xp.concat(parts, axis=0))

@@ -61,9 +61,13 @@ def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None, fast=True):
     xn = sq_norms(X, xp=xp) if X_norms is None else X_norms
     yn = sq_norms(Y, xp=xp) if Y_norms is None else Y_norms
     dev = getattr(X, "device", None)
-    A = xp.concat([X, xn[:, None], xp.ones((X.shape[0], 1), dtype=X.dtype, device=dev)], axis=1)
-    B = xp.concat([-2.0 * Y, xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=dev), yn[:, None]],
-                  axis=1)
+    A = xp.concat(
+        [X, xn[:, None], xp.ones((X.shape[0], 1), dtype=X.dtype, device=dev)], axis=1
+    )
+    B = xp.concat(
+        [-2.0 * Y, xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=dev), yn[:, None]],
+        axis=1,
+    )
     return _clamp_min0_(A @ B.T, xp=xp, fast=fast)
 
 
@@ -103,7 +107,9 @@ def _l1_distances(X, Y, /, *, xp):
     return xp.sum(xp.abs(X[:, None, :] - Y[None, :, :]), axis=2)
 
 
-def resolve_kernel_params(kernel, n_features, gamma=None, degree=3, coef0=1.0, sigma=None):
+def resolve_kernel_params(
+    kernel, n_features, gamma=None, degree=3, coef0=1.0, sigma=None
+):
     """Fill in defaults: ``gamma=None`` means ``1/n_features``; ``sigma`` sets the
     RBF width as ``gamma = 1/(2 sigma²)``."""
     if kernel == "polynomial":
@@ -112,7 +118,9 @@ def resolve_kernel_params(kernel, n_features, gamma=None, degree=3, coef0=1.0, s
         if gamma is not None:
             raise ValueError("give either gamma or sigma for the RBF kernel, not both")
         if kernel != "rbf":
-            raise ValueError(f"sigma applies to the 'rbf' kernel only; kernel is {kernel!r}")
+            raise ValueError(
+                f"sigma applies to the 'rbf' kernel only; kernel is {kernel!r}"
+            )
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0; got {sigma!r}")
         gamma = 1.0 / (2.0 * sigma * sigma)
@@ -138,7 +146,9 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
     if kernel == "sigmoid":
         return xp.tanh(p["gamma"] * (Xb @ Y.T) + p["coef0"])
     if kernel == "rbf":
-        return _rbf_block(Xb, Y, p["gamma"], xp=xp, Y_factor=Y_factor, diag_offset=diag_offset)
+        return _rbf_block(
+            Xb, Y, p["gamma"], xp=xp, Y_factor=Y_factor, diag_offset=diag_offset
+        )
     if kernel == "laplacian":
         return xp.exp(-p["gamma"] * _l1_distances(Xb, Y, xp=xp))
     raise ValueError(f"unknown kernel {kernel!r}")
@@ -157,8 +167,10 @@ def _rbf_factors(X, Y, gamma, *, xp):
         A = xp.concat([X, sq_norms(X, xp=xp)[:, None], one], axis=1)
     if Y is not None:
         one = xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=getattr(Y, "device", None))
-        B = xp.concat([(2.0 * gamma) * Y, -gamma * one, -gamma * sq_norms(Y, xp=xp)[:, None]],
-                      axis=1)
+        B = xp.concat(
+            [(2.0 * gamma) * Y, -gamma * one, -gamma * sq_norms(Y, xp=xp)[:, None]],
+            axis=1,
+        )
     return A, B
 
 
@@ -189,12 +201,16 @@ def _zero_diagonal_(E, offset, *, xp, fast=True):
         return
     dev = aac.device(E)
     idx = xp.arange(size, device=dev)
-    if fast and (aac.is_numpy_array(E) or aac.is_cupy_array(E) or aac.is_torch_array(E)):
+    if fast and (
+        aac.is_numpy_array(E) or aac.is_cupy_array(E) or aac.is_torch_array(E)
+    ):
         E[idx, idx + offset] = 0.0
         return
     eye = idx[:, None] == idx[None, :]
-    square = E[:size, offset:offset + size]
-    E[:size, offset:offset + size] = xp.where(eye, xp.zeros((), dtype=E.dtype, device=dev), square)
+    square = E[:size, offset : offset + size]
+    E[:size, offset : offset + size] = xp.where(
+        eye, xp.zeros((), dtype=E.dtype, device=dev), square
+    )
 
 
 def _clamp_exp_(E, *, xp, fast=True):
@@ -212,8 +228,9 @@ def _clamp_exp_(E, *, xp, fast=True):
     return xp.exp(xp.clip(E, None, 0.0))
 
 
-def block_rows_for(n_cols, n_features, itemsize, *, kernel="rbf", memory_budget=None,
-                   block_rows=None):
+def block_rows_for(
+    n_cols, n_features, itemsize, *, kernel="rbf", memory_budget=None, block_rows=None
+):
     """Rows per block so that one block's workspace fits ``memory_budget`` bytes.
 
     A block of ``b`` rows against ``m`` columns holds about three ``b×m``
@@ -225,8 +242,12 @@ def block_rows_for(n_cols, n_features, itemsize, *, kernel="rbf", memory_budget=
         return int(block_rows)
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     if not budget > 0:
-        raise ValueError(f"memory_budget must be a positive number of bytes; got {budget!r}")
-    per_row = itemsize * max(n_cols, 1) * (3 + (n_features if kernel == "laplacian" else 0))
+        raise ValueError(
+            f"memory_budget must be a positive number of bytes; got {budget!r}"
+        )
+    per_row = (
+        itemsize * max(n_cols, 1) * (3 + (n_features if kernel == "laplacian" else 0))
+    )
     return max(1, int(budget // per_row))
 
 
@@ -250,16 +271,35 @@ def iter_kernel_blocks(X, Y, kernel, params, *, xp, block_rows, symmetric):
     """Yield ``(start, stop, K[start:stop])`` over row blocks (arrays already
     validated and in one namespace). ``symmetric`` means ``Y is X``."""
     n = X.shape[0]
-    Y_factor = _rbf_factors(None, Y, params["gamma"], xp=xp)[1] if kernel == "rbf" else None
+    Y_factor = (
+        _rbf_factors(None, Y, params["gamma"], xp=xp)[1] if kernel == "rbf" else None
+    )
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
-        Kb = _kernel_block(X[start:stop, :], Y, kernel, params, xp=xp,
-                           diag_offset=start if symmetric else None, Y_factor=Y_factor)
+        Kb = _kernel_block(
+            X[start:stop, :],
+            Y,
+            kernel,
+            params,
+            xp=xp,
+            diag_offset=start if symmetric else None,
+            Y_factor=Y_factor,
+        )
         yield start, stop, Kb
 
 
-def gram_blocks(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None,
-                block_rows=None, memory_budget=None):
+def gram_blocks(
+    X,
+    Y=None,
+    kernel="rbf",
+    *,
+    gamma=None,
+    degree=3,
+    coef0=1.0,
+    sigma=None,
+    block_rows=None,
+    memory_budget=None,
+):
     """Yield ``(start, stop, K_block)`` with ``K_block = K(X[start:stop], Y)``.
 
     Blocks come in the compute namespace (see :mod:`xpml._backend`); the block
@@ -276,18 +316,26 @@ def gram_blocks(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sig
     symmetric = Y is None
     Yv = X if symmetric else Yv
     kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
-    rows = block_rows_for(Yv.shape[0], X.shape[1], _itemsize(X), kernel=kernel,
-                          memory_budget=memory_budget, block_rows=block_rows)
-    yield from iter_kernel_blocks(X, Yv, kernel, p, xp=ctx.xp, block_rows=rows,
-                                  symmetric=symmetric)
+    rows = block_rows_for(
+        Yv.shape[0],
+        X.shape[1],
+        _itemsize(X),
+        kernel=kernel,
+        memory_budget=memory_budget,
+        block_rows=block_rows,
+    )
+    yield from iter_kernel_blocks(
+        X, Yv, kernel, p, xp=ctx.xp, block_rows=rows, symmetric=symmetric
+    )
 
 
 def _itemsize(X):
     return 4 if "32" in str(X.dtype) else 8
 
 
-def kernel_matrix(X, Y, kernel, params, *, xp, symmetric=False, block_rows=None,
-                  memory_budget=None):
+def kernel_matrix(
+    X, Y, kernel, params, *, xp, symmetric=False, block_rows=None, memory_budget=None
+):
     """The whole ``K(X, Y)`` for validated arrays in one namespace.
 
     The output itself is the only ``n × m`` workspace of the linear, polynomial,
@@ -297,24 +345,52 @@ def kernel_matrix(X, Y, kernel, params, *, xp, symmetric=False, block_rows=None,
     preallocated output.
     """
     n = X.shape[0]
-    one_piece = (block_rows is None and memory_budget is None and isinstance(kernel, str)
-                 and kernel != "laplacian")
-    rows = n if one_piece else block_rows_for(
-        Y.shape[0], X.shape[1], _itemsize(X), kernel=kernel, memory_budget=memory_budget,
-        block_rows=block_rows)
+    one_piece = (
+        block_rows is None
+        and memory_budget is None
+        and isinstance(kernel, str)
+        and kernel != "laplacian"
+    )
+    rows = (
+        n
+        if one_piece
+        else block_rows_for(
+            Y.shape[0],
+            X.shape[1],
+            _itemsize(X),
+            kernel=kernel,
+            memory_budget=memory_budget,
+            block_rows=block_rows,
+        )
+    )
     if rows >= n:
-        return _kernel_block(X, Y, kernel, params, xp=xp, diag_offset=0 if symmetric else None)
+        return _kernel_block(
+            X, Y, kernel, params, xp=xp, diag_offset=0 if symmetric else None
+        )
     K = None
-    for start, stop, Kb in iter_kernel_blocks(X, Y, kernel, params, xp=xp, block_rows=rows,
-                                              symmetric=symmetric):
+    for start, stop, Kb in iter_kernel_blocks(
+        X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=symmetric
+    ):
         if K is None:
-            K = xp.empty((n, Y.shape[0]), dtype=Kb.dtype, device=getattr(Kb, "device", None))
+            K = xp.empty(
+                (n, Y.shape[0]), dtype=Kb.dtype, device=getattr(Kb, "device", None)
+            )
         K[start:stop, :] = Kb
     return K
 
 
-def gram(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None,
-         block_rows=None, memory_budget=None):
+def gram(
+    X,
+    Y=None,
+    kernel="rbf",
+    *,
+    gamma=None,
+    degree=3,
+    coef0=1.0,
+    sigma=None,
+    block_rows=None,
+    memory_budget=None,
+):
     """Kernel (Gram) matrix ``K[i, j] = k(X[i], Y[j])`` (``Y = X`` when None).
 
     Parameters
@@ -346,8 +422,16 @@ def gram(X, Y=None, kernel="rbf", *, gamma=None, degree=3, coef0=1.0, sigma=None
     symmetric = Y is None
     Yv = X if symmetric else Yv
     kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
-    K = kernel_matrix(X, Yv, kernel, p, xp=ctx.xp, symmetric=symmetric,
-                      block_rows=block_rows, memory_budget=memory_budget)
+    K = kernel_matrix(
+        X,
+        Yv,
+        kernel,
+        p,
+        xp=ctx.xp,
+        symmetric=symmetric,
+        block_rows=block_rows,
+        memory_budget=memory_budget,
+    )
     return ctx.out(K)
 
 
@@ -427,9 +511,19 @@ def poly2_features(X, *, coef0=1.0):
     if coef0 < 0:
         raise ValueError(f"coef0 must be >= 0 for a real feature map; got {coef0!r}")
     n, d = X.shape
-    pairs = [X[:, i:i + 1] * X[:, j:j + 1] * math.sqrt(2.0) for i in range(d) for j in range(i + 1, d)]
-    parts = [X * X] + pairs + [math.sqrt(2.0 * coef0) * X,
-                               xp.full((n, 1), float(coef0), dtype=X.dtype, device=ctx.device)]
+    pairs = [
+        X[:, i : i + 1] * X[:, j : j + 1] * math.sqrt(2.0)
+        for i in range(d)
+        for j in range(i + 1, d)
+    ]
+    parts = (
+        [X * X]
+        + pairs
+        + [
+            math.sqrt(2.0 * coef0) * X,
+            xp.full((n, 1), float(coef0), dtype=X.dtype, device=ctx.device),
+        ]
+    )
     return ctx.out(xp.concat(parts, axis=1))
 
 
@@ -444,8 +538,12 @@ def rbf_taylor_features(x, *, gamma=1.0, order=10):
     x = check_array(x, xp=xp, name="x", ndim=(1, 2), requested=ctx.dtype)
     if len(x.shape) == 2:
         if x.shape[1] != 1:
-            raise ValueError(f"x must be 1-D data (n,) or (n, 1); got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"x must be 1-D data (n,) or (n, 1); got shape {tuple(x.shape)}"
+            )
         x = x[:, 0]
-    coefs = [math.sqrt((2.0 * gamma) ** k / math.factorial(k)) for k in range(order + 1)]
+    coefs = [
+        math.sqrt((2.0 * gamma) ** k / math.factorial(k)) for k in range(order + 1)
+    ]
     cols = [c * x**k for k, c in enumerate(coefs)]
     return ctx.out(xp.exp(-gamma * x * x)[:, None] * xp.stack(cols, axis=1))

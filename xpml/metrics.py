@@ -40,7 +40,11 @@ def _as_1d(a, name):
 def _weights(sample_weight, n, xp, dtype, device):
     if sample_weight is None:
         return None
-    w = xp.asarray(sample_weight, dtype=dtype, device=device) if not hasattr(sample_weight, "shape") else sample_weight
+    w = (
+        xp.asarray(sample_weight, dtype=dtype, device=device)
+        if not hasattr(sample_weight, "shape")
+        else sample_weight
+    )
     w = xp.astype(w, dtype)
     if w.shape != (n,):
         raise ValueError(f"sample_weight must have shape ({n},); got {tuple(w.shape)}")
@@ -64,8 +68,9 @@ def accuracy_score(y_true, y_pred, *, sample_weight=None):
     if not (_is_numeric(y_true) and _is_numeric(y_pred)):
         y_true, y_pred = to_numpy(y_true), to_numpy(y_pred)
         sample_weight = None if sample_weight is None else to_numpy(sample_weight)
-    ctx, (t, p, w) = enter(y_true, y_pred, sample_weight,
-                           names=("y_true", "y_pred", "sample_weight"))
+    ctx, (t, p, w) = enter(
+        y_true, y_pred, sample_weight, names=("y_true", "y_pred", "sample_weight")
+    )
     xp = ctx.xp
     dtype = xp.float64 if _f64(xp, ctx.device) else xp.float32
     hits = xp.astype(t == p, dtype)
@@ -81,13 +86,16 @@ def _f64(xp, device):
 def _real_targets(y_true, y_pred, sample_weight):
     """Targets and predictions as float arrays of one namespace, same shape."""
     check_consistent_length(y_true, y_pred, names=("y_true", "y_pred"))
-    ctx, (t, p, w) = enter(y_true, y_pred, sample_weight,
-                           names=("y_true", "y_pred", "sample_weight"))
+    ctx, (t, p, w) = enter(
+        y_true, y_pred, sample_weight, names=("y_true", "y_pred", "sample_weight")
+    )
     xp = ctx.xp
     dtype = xp.float64 if _f64(xp, ctx.device) else xp.float32
     t, p = xp.astype(t, dtype), xp.astype(p, dtype)
     if t.shape != p.shape:
-        raise ValueError(f"y_true has shape {tuple(t.shape)} but y_pred has {tuple(p.shape)}")
+        raise ValueError(
+            f"y_true has shape {tuple(t.shape)} but y_pred has {tuple(p.shape)}"
+        )
     return xp, t, p, _weights(w, t.shape[0], xp, dtype, ctx.device)
 
 
@@ -111,13 +119,20 @@ def r2_score(y_true, y_pred, *, sample_weight=None):
     if len(t.shape) == 1:
         t, p = t[:, None], p[:, None]
     n = t.shape[0]
-    w = xp.ones((n,), dtype=t.dtype, device=getattr(t, "device", None)) if w is None else w
+    w = (
+        xp.ones((n,), dtype=t.dtype, device=getattr(t, "device", None))
+        if w is None
+        else w
+    )
     mean = xp.sum(w[:, None] * t, axis=0) / xp.sum(w)
     ss_res = xp.sum(w[:, None] * (t - p) ** 2, axis=0)
     ss_tot = xp.sum(w[:, None] * (t - mean) ** 2, axis=0)
     ss_res, ss_tot = to_numpy(ss_res), to_numpy(ss_tot)
-    scores = np.where(ss_tot > 0, 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0),
-                      np.where(ss_res > 0, 0.0, 1.0))
+    scores = np.where(
+        ss_tot > 0,
+        1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0),
+        np.where(ss_res > 0, 0.0, 1.0),
+    )
     return float(np.mean(scores))
 
 
@@ -128,7 +143,9 @@ def _codes(y, labels, name):
     pos = np.clip(pos, 0, len(labels) - 1)
     if not np.all(labels[pos] == y):
         bad = np.unique(y[labels[pos] != y])[:5]
-        raise ValueError(f"{name} contains labels {bad.tolist()!r} not in labels {labels.tolist()!r}")
+        raise ValueError(
+            f"{name} contains labels {bad.tolist()!r} not in labels {labels.tolist()!r}"
+        )
     return pos
 
 
@@ -155,7 +172,9 @@ def log_loss(y_true, y_prob, *, labels=None, eps=None, sample_weight=None):
         P = xp.stack([1.0 - P, P], axis=1)
     k = P.shape[1]
     if k != len(labels) and not (len(labels) == 1 and k == 2):
-        raise ValueError(f"y_prob has {k} columns but there are {len(labels)} labels {labels.tolist()!r}")
+        raise ValueError(
+            f"y_prob has {k} columns but there are {len(labels)} labels {labels.tolist()!r}"
+        )
     if eps is None:
         eps = float(np.finfo(np.float32 if dtype == xp.float32 else np.float64).eps)
     P = xp.clip(P, eps, 1.0 - eps)
@@ -193,7 +212,9 @@ def expected_calibration_error(y_true, y_prob, *, n_bins=10, pos_label=None):
     else:
         k = P0.shape[1]
         if k < len(labels):
-            raise ValueError(f"y_prob has {k} columns but y_true has {len(labels)} labels")
+            raise ValueError(
+                f"y_prob has {k} columns but y_true has {len(labels)} labels"
+            )
         codes = _codes(y_true, labels, "y_true")
         hit = codes.astype(np.int64)
     ctx, (P,) = enter(y_prob, names=("y_prob",))
@@ -208,8 +229,12 @@ def expected_calibration_error(y_true, y_prob, *, n_bins=10, pos_label=None):
         conf, acc = P, xp.astype(h, dtype)
     idx = xp.astype(xp.floor(conf * n_bins), xp.int64)
     idx = xp.clip(idx, 0, n_bins - 1)
-    member = xp.astype(idx[:, None] == xp.arange(n_bins, device=ctx.device)[None, :], dtype)
-    gap = xp.abs(xp.sum(member * acc[:, None], axis=0) - xp.sum(member * conf[:, None], axis=0))
+    member = xp.astype(
+        idx[:, None] == xp.arange(n_bins, device=ctx.device)[None, :], dtype
+    )
+    gap = xp.abs(
+        xp.sum(member * acc[:, None], axis=0) - xp.sum(member * conf[:, None], axis=0)
+    )
     return float(xp.sum(gap) / conf.shape[0])
 
 
@@ -230,7 +255,9 @@ def confusion_matrix(y_true, y_pred, *, labels=None, sample_weight=None):
         labels = labels[order]
     t, p = _codes(y_true, labels, "y_true"), _codes(y_pred, labels, "y_pred")
     numeric = _is_numeric(y_true) and _is_numeric(y_pred)
-    ctx, (_, w) = enter(y_true if numeric else t, sample_weight, names=("y_true", "sample_weight"))
+    ctx, (_, w) = enter(
+        y_true if numeric else t, sample_weight, names=("y_true", "sample_weight")
+    )
     t, p = ctx.take(t), ctx.take(p)
     xp = ctx.xp
     k = len(labels)

@@ -19,7 +19,13 @@ from xpml.utils.validation import (
     num_samples,
 )
 
-__all__ = ["train_test_split", "KFold", "StratifiedKFold", "cross_val_score", "check_cv"]
+__all__ = [
+    "train_test_split",
+    "KFold",
+    "StratifiedKFold",
+    "cross_val_score",
+    "check_cv",
+]
 
 
 def take_rows(a, idx):
@@ -40,11 +46,15 @@ def _split_sizes(n, test_size, train_size):
             return None
         if isinstance(v, numbers.Integral) and not isinstance(v, bool):
             if not 0 < v < n:
-                raise ValueError(f"{name}={v} must be between 1 and n_samples - 1 = {n - 1}")
+                raise ValueError(
+                    f"{name}={v} must be between 1 and n_samples - 1 = {n - 1}"
+                )
             return int(v)
         if isinstance(v, numbers.Real) and 0.0 < v < 1.0:
             return int(np.ceil(v * n)) if name == "test_size" else int(np.floor(v * n))
-        raise ValueError(f"{name} must be an int in [1, n) or a float in (0, 1); got {v!r}")
+        raise ValueError(
+            f"{name} must be an int in [1, n) or a float in (0, 1); got {v!r}"
+        )
 
     n_test, n_train = size(test_size, "test_size"), size(train_size, "train_size")
     if n_test is None and n_train is None:
@@ -61,8 +71,14 @@ def _split_sizes(n, test_size, train_size):
     return n_train, n_test
 
 
-def train_test_split(*arrays, test_size=None, train_size=None, random_state=None,
-                     shuffle=True, stratify=None):
+def train_test_split(
+    *arrays,
+    test_size=None,
+    train_size=None,
+    random_state=None,
+    shuffle=True,
+    stratify=None,
+):
     """Split arrays into random train and test subsets (scikit-learn's API).
 
     Returns ``[a_train, a_test, b_train, b_test, ...]``, each in its input's
@@ -96,13 +112,13 @@ def train_test_split(*arrays, test_size=None, train_size=None, random_state=None
         test_parts, train_parts = [], []
         for c in range(len(classes)):
             members = rng.permutation(np.flatnonzero(codes == c))
-            test_parts.append(members[:alloc[c]])
-            train_parts.append(members[alloc[c]:])
+            test_parts.append(members[: alloc[c]])
+            train_parts.append(members[alloc[c] :])
         test = rng.permutation(np.concatenate(test_parts))
         train = rng.permutation(np.concatenate(train_parts))[:n_train]
     else:
         perm = rng.permutation(n)
-        test, train = perm[:n_test], perm[n_test:n_test + n_train]
+        test, train = perm[:n_test], perm[n_test : n_test + n_train]
     out = []
     for a in arrays:
         out += [take_rows(a, train), take_rows(a, test)]
@@ -119,7 +135,11 @@ class KFold:
     def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
         if not isinstance(n_splits, numbers.Integral) or n_splits < 2:
             raise ValueError(f"n_splits must be an int >= 2; got {n_splits!r}")
-        self.n_splits, self.shuffle, self.random_state = int(n_splits), shuffle, random_state
+        self.n_splits, self.shuffle, self.random_state = (
+            int(n_splits),
+            shuffle,
+            random_state,
+        )
 
     def get_n_splits(self, X=None, y=None, groups=None):
         return self.n_splits
@@ -132,13 +152,15 @@ class KFold:
         sizes[: n % self.n_splits] += 1
         start = 0
         for s in sizes:
-            yield idx[start:start + s]
+            yield idx[start : start + s]
             start += s
 
     def split(self, X, y=None, groups=None):
         n = num_samples(X)
         if self.n_splits > n:
-            raise ValueError(f"Cannot have n_splits={self.n_splits} greater than n_samples={n}")
+            raise ValueError(
+                f"Cannot have n_splits={self.n_splits} greater than n_samples={n}"
+            )
         for test in self._folds(n, y):
             mask = np.ones(n, dtype=bool)
             mask[test] = False
@@ -187,12 +209,17 @@ def _scorer(scoring):
     table = {
         "accuracy": lambda est, X, y: metrics.accuracy_score(y, est.predict(X)),
         "r2": lambda est, X, y: metrics.r2_score(y, est.predict(X)),
-        "neg_mean_squared_error": lambda est, X, y: -metrics.mean_squared_error(y, est.predict(X)),
-        "neg_log_loss": lambda est, X, y: -metrics.log_loss(y, est.predict_proba(X),
-                                                            labels=to_numpy(est.classes_)),
+        "neg_mean_squared_error": lambda est, X, y: (
+            -metrics.mean_squared_error(y, est.predict(X))
+        ),
+        "neg_log_loss": lambda est, X, y: (
+            -metrics.log_loss(y, est.predict_proba(X), labels=to_numpy(est.classes_))
+        ),
     }
     if scoring not in table:
-        raise ValueError(f"unknown scoring {scoring!r}; allowed: {sorted(table)} or a callable")
+        raise ValueError(
+            f"unknown scoring {scoring!r}; allowed: {sorted(table)} or a callable"
+        )
     return table[scoring]
 
 

@@ -32,33 +32,48 @@ __all__ = ["BernoulliNB", "MultinomialNB", "GaussianNB"]
 
 
 def _onehot(codes, K, dtype, /, *, xp):
-    return xp.astype(codes[:, None] == xp.arange(K, device=_device(codes))[None, :], dtype)
+    return xp.astype(
+        codes[:, None] == xp.arange(K, device=_device(codes))[None, :], dtype
+    )
 
 
 def _log_prior(class_count, param, fit_prior, /, *, xp):
     """``log π``: from ``class_prior`` (normalised), the class frequencies, or uniform."""
     K = class_count.shape[0]
     if param is not None:
-        p = np.asarray(to_numpy(param) if hasattr(param, "shape") else param, dtype=np.float64)
+        p = np.asarray(
+            to_numpy(param) if hasattr(param, "shape") else param, dtype=np.float64
+        )
         if p.shape != (K,):
-            raise ValueError(f"class_prior/priors must have one entry per class, shape ({K},); "
-                             f"got shape {p.shape}")
+            raise ValueError(
+                f"class_prior/priors must have one entry per class, shape ({K},); "
+                f"got shape {p.shape}"
+            )
         if np.any(p < 0) or p.sum() <= 0:
-            raise ValueError(f"class_prior/priors must be non-negative and not all zero; "
-                             f"got {p.tolist()}")
-        prior = xp.asarray(p / p.sum(), dtype=class_count.dtype, device=_device(class_count))
+            raise ValueError(
+                f"class_prior/priors must be non-negative and not all zero; "
+                f"got {p.tolist()}"
+            )
+        prior = xp.asarray(
+            p / p.sum(), dtype=class_count.dtype, device=_device(class_count)
+        )
         return xp.log(prior)
     if fit_prior:
         return xp.log(class_count) - xp.log(xp.sum(class_count))
-    return xp.full((K,), -math.log(K), dtype=class_count.dtype, device=_device(class_count))
+    return xp.full(
+        (K,), -math.log(K), dtype=class_count.dtype, device=_device(class_count)
+    )
 
 
 def _log_ratio(num, den, /, *, xp):
     """``log(num / den)`` with ``−∞`` (and no warning, no NaN) where ``num = 0``."""
     pos = num > 0
     one = xp.ones_like(num)
-    return xp.where(pos, xp.log(xp.where(pos, num, one)) - xp.log(xp.where(pos, den, one)),
-                    xp.full_like(num, -float("inf")))
+    return xp.where(
+        pos,
+        xp.log(xp.where(pos, num, one)) - xp.log(xp.where(pos, den, one)),
+        xp.full_like(num, -float("inf")),
+    )
 
 
 def _masked_log_matmul(A, L, /, *, xp):
@@ -120,15 +135,18 @@ class _DiscreteNB(_BaseNB):
     }
 
     def _counts(self, X, y, sample_weight):
-        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         X = self._prepare(X, xp=xp)
         Y = _onehot(codes, K, X.dtype, xp=xp) * sw[:, None]
         self.class_count_ = xp.sum(Y, axis=0)
         self.feature_count_ = Y.T @ X
-        self.class_log_prior_ = _log_prior(self.class_count_, self.class_prior, self.fit_prior,
-                                           xp=xp)
+        self.class_log_prior_ = _log_prior(
+            self.class_count_, self.class_prior, self.fit_prior, xp=xp
+        )
         return ctx, xp
 
 
@@ -175,8 +193,10 @@ class MultinomialNB(_DiscreteNB):
     @staticmethod
     def _prepare(X, /, *, xp):
         if bool(xp.any(X < 0)):
-            raise ValueError("Negative values in data passed to MultinomialNB (input X); "
-                             "counts must be >= 0")
+            raise ValueError(
+                "Negative values in data passed to MultinomialNB (input X); "
+                "counts must be >= 0"
+            )
         return X
 
     def fit(self, X, y, sample_weight=None):
@@ -190,8 +210,9 @@ class MultinomialNB(_DiscreteNB):
     def _joint_log_likelihood(self, X, ctx):
         xp = ctx.xp
         X = self._prepare(X, xp=xp)
-        return _masked_log_matmul(X, ctx.take(self.feature_log_prob_), xp=xp) + \
-            ctx.take(self.class_log_prior_)
+        return _masked_log_matmul(
+            X, ctx.take(self.feature_log_prob_), xp=xp
+        ) + ctx.take(self.class_log_prior_)
 
 
 class BernoulliNB(_DiscreteNB):
@@ -227,8 +248,10 @@ class BernoulliNB(_DiscreteNB):
     [0, 1]
     """
 
-    _parameter_constraints = {**_DiscreteNB._parameter_constraints,
-                              "binarize": [None, Real]}
+    _parameter_constraints = {
+        **_DiscreteNB._parameter_constraints,
+        "binarize": [None, Real],
+    }
     _xpml_tags = {"poor_score": True}
 
     def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None):
@@ -250,7 +273,9 @@ class BernoulliNB(_DiscreteNB):
         den = self.class_count_[:, None] + 2.0 * a
         den = den + xp.zeros_like(num)
         self.feature_log_prob_ = _log_ratio(num, den, xp=xp)
-        self._state_log_neg = _log_ratio(den - num, den, xp=xp)   # log(1 − p), exact at p = 1
+        self._state_log_neg = _log_ratio(
+            den - num, den, xp=xp
+        )  # log(1 − p), exact at p = 1
         return self._fitted(ctx)
 
     def _joint_log_likelihood(self, X, ctx):
@@ -306,19 +331,28 @@ class GaussianNB(_BaseNB):
 
     def fit(self, X, y, sample_weight=None):
         """Estimate per-class means and variances; returns self."""
-        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         eps = float(self.var_smoothing) * float(xp.max(xp.var(X, axis=0)))
         Y = _onehot(codes, K, X.dtype, xp=xp) * sw[:, None]
         count = xp.sum(Y, axis=0)
         if int(xp.sum(xp.astype(count > 0, xp.int64))) < 2:
-            raise ValueError("only one class has a positive total sample weight; at least "
-                             "two classes are needed")
+            raise ValueError(
+                "only one class has a positive total sample weight; at least "
+                "two classes are needed"
+            )
         safe = xp.where(count > 0, count, xp.ones_like(count))
         theta = (Y.T @ X) / safe[:, None]
-        var = xp.stack([xp.sum(Y[:, k][:, None] * (X - theta[k, :]) ** 2, axis=0) / safe[k]
-                        for k in range(K)], axis=0)
+        var = xp.stack(
+            [
+                xp.sum(Y[:, k][:, None] * (X - theta[k, :]) ** 2, axis=0) / safe[k]
+                for k in range(K)
+            ],
+            axis=0,
+        )
         self.class_count_ = count
         self.theta_ = theta
         self.var_ = var + eps
@@ -331,7 +365,7 @@ class GaussianNB(_BaseNB):
         xp = ctx.xp
         theta, var = ctx.take(self.theta_), ctx.take(self.var_)
         cols = []
-        for k in range(theta.shape[0]):            # loop over classes, vectorised over n, d
+        for k in range(theta.shape[0]):  # loop over classes, vectorised over n, d
             v = var[k, :]
             n_ij = -0.5 * xp.sum(xp.log(2.0 * math.pi * v))
             cols.append(n_ij - 0.5 * xp.sum((X - theta[k, :]) ** 2 / v, axis=1))

@@ -37,9 +37,9 @@ __all__ = ["PassiveAggressive", "AROW", "PA_STEPS"]
 
 # the PA variants: τ from the hinge loss ℓ, ‖x‖² and C — a table, not an if-chain
 PA_STEPS = {
-    "pa": lambda loss, sq, C, xp: loss / sq,                               # PA
-    "pa1": lambda loss, sq, C, xp: xp.clip(loss / sq, max=C),              # PA-I: capped
-    "pa2": lambda loss, sq, C, xp: loss / (sq + 1.0 / (2.0 * C)),          # PA-II: softened
+    "pa": lambda loss, sq, C, xp: loss / sq,  # PA
+    "pa1": lambda loss, sq, C, xp: xp.clip(loss / sq, max=C),  # PA-I: capped
+    "pa2": lambda loss, sq, C, xp: loss / (sq + 1.0 / (2.0 * C)),  # PA-II: softened
 }
 
 
@@ -52,24 +52,29 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
         on the first call."""
         if not hasattr(self, "classes_"):
             src = classes if classes is not None else y
-            cls, _ = encode_labels(src, name="classes" if classes is not None else "y",
-                                   min_classes=1)
+            cls, _ = encode_labels(
+                src, name="classes" if classes is not None else "y", min_classes=1
+            )
             k = int(cls.shape[0])
             if k > 2 or (classes is not None and k != 2):
                 raise ValueError(
                     f"Only binary classification is supported: {type(self).__name__} needs "
-                    f"exactly two classes, got {k} class labels {to_numpy(cls).tolist()!r}")
+                    f"exactly two classes, got {k} class labels {to_numpy(cls).tolist()!r}"
+                )
             if k < 2:
                 raise ValueError(
                     f"{type(self).__name__} needs two classes; y has a single class "
-                    f"{to_numpy(cls).tolist()!r} and no `classes` were given to partial_fit")
+                    f"{to_numpy(cls).tolist()!r} and no `classes` were given to partial_fit"
+                )
             self.classes_ = cls
         yh = to_numpy(y).reshape(-1)
         ch = to_numpy(self.classes_)
         bad = ~np.isin(yh, ch)
         if bad.any():
-            raise ValueError(f"y contains labels {np.unique(yh[bad])[:5].tolist()!r} that are "
-                             f"not among the classes {ch.tolist()!r}")
+            raise ValueError(
+                f"y contains labels {np.unique(yh[bad])[:5].tolist()!r} that are "
+                f"not among the classes {ch.tolist()!r}"
+            )
         s = np.where(yh == ch[1], 1.0, -1.0)
         return ctx.xp.asarray(s, dtype=dtype, device=ctx.device)
 
@@ -78,11 +83,13 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
         """Forget everything, then make ``n_epochs`` passes over the rows in
         order; returns self."""
         if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
-                             f"y is None")
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target "
+                f"y is None"
+            )
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, k)
-        encode_labels(y, name="y")          # two or more classes, finite, not continuous
+        encode_labels(y, name="y")  # two or more classes, finite, not continuous
         for _ in range(self.n_epochs):
             self.partial_fit(X, y)
         return self
@@ -99,24 +106,30 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             holds only one of them.
         """
         if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
-                             f"y is None")
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target "
+                f"y is None"
+            )
         d_prev = getattr(self, "n_features_in_", None)
         ctx, X, y, _ = self._validate_fit_data(X, y, target="none")
         xp = ctx.xp
         n, d = X.shape
         if d_prev is not None and d_prev != d:
             self.n_features_in_ = d_prev
-            raise ValueError(f"X has {d} features, but {type(self).__name__} is expecting "
-                             f"{d_prev} features as input (from earlier partial_fit calls).")
+            raise ValueError(
+                f"X has {d} features, but {type(self).__name__} is expecting "
+                f"{d_prev} features as input (from earlier partial_fit calls)."
+            )
         s = self._signs(y, classes, ctx, X.dtype)
         if self.fit_intercept:
-            X = xp.concat([X, xp.ones((n, 1), dtype=X.dtype, device=ctx.device)], axis=1)
+            X = xp.concat(
+                [X, xp.ones((n, 1), dtype=X.dtype, device=ctx.device)], axis=1
+            )
         state = self._get_state(ctx, X.shape[1], X.dtype)
         mistakes = xp.zeros((), dtype=X.dtype, device=ctx.device)
         state, mistakes = self._pass(X, s, state, mistakes, xp=xp)
         self._set_state(state, d)
-        self.n_mistakes_ = getattr(self, "n_mistakes_", 0) + int(mistakes)   # one sync
+        self.n_mistakes_ = getattr(self, "n_mistakes_", 0) + int(mistakes)  # one sync
         self.n_seen_ = getattr(self, "n_seen_", 0) + int(n)
         return self._fitted(ctx)
 
@@ -143,7 +156,9 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             return xp.zeros((m,), dtype=dtype, device=ctx.device)
         w = xp.astype(ctx.take(self.coef_), dtype)
         if self.fit_intercept:
-            w = xp.concat([w, xp.reshape(xp.astype(ctx.take(self.intercept_), dtype), (1,))])
+            w = xp.concat(
+                [w, xp.reshape(xp.astype(ctx.take(self.intercept_), dtype), (1,))]
+            )
         return w
 
     def _set_mean(self, w, d):
@@ -201,7 +216,11 @@ class PassiveAggressive(_OnlineBinary):
         "mode": [Options(*PA_STEPS)],
         "n_epochs": [Interval(Integral, 1, None)],
     }
-    _xpml_tags = {"data": "binary", "multi_class": False, "test_params": {"n_epochs": 3}}
+    _xpml_tags = {
+        "data": "binary",
+        "multi_class": False,
+        "test_params": {"n_epochs": 3},
+    }
 
     def __init__(self, *, mode="pa1", C=1.0, fit_intercept=True, n_epochs=1):
         self.mode = mode
@@ -210,8 +229,10 @@ class PassiveAggressive(_OnlineBinary):
         self.n_epochs = n_epochs
 
     def _get_state(self, ctx, m, dtype):
-        return {"w": self._mean_state(ctx, m, dtype),
-                "updates": getattr(self, "n_updates_", 0)}
+        return {
+            "w": self._mean_state(ctx, m, dtype),
+            "updates": getattr(self, "n_updates_", 0),
+        }
 
     def _set_state(self, state, d):
         self._set_mean(state["w"], d)
@@ -228,7 +249,9 @@ class PassiveAggressive(_OnlineBinary):
             margin = yi * (w @ x)
             mistakes = mistakes + xp.astype(margin <= 0, X.dtype)
             loss = xp.clip(1.0 - margin, min=0.0)
-            tau = xp.where(sq[i] > 0, step(loss, sq_safe[i], C, xp), xp.zeros_like(loss))
+            tau = xp.where(
+                sq[i] > 0, step(loss, sq_safe[i], C, xp), xp.zeros_like(loss)
+            )
             w = w + (tau * yi) * x
             updates = updates + xp.astype(loss > 0, X.dtype)
         state = {"w": w, "updates": state["updates"] + int(updates)}
@@ -301,8 +324,15 @@ class AROW(_OnlineBinary):
     }
     _xpml_tags = {"data": "binary", "multi_class": False}
 
-    def __init__(self, *, r=1.0, covariance="full", eig_floor=1e-9, fit_intercept=True,
-                 n_epochs=1):
+    def __init__(
+        self,
+        *,
+        r=1.0,
+        covariance="full",
+        eig_floor=1e-9,
+        fit_intercept=True,
+        n_epochs=1,
+    ):
         self.r = r
         self.covariance = covariance
         self.eig_floor = eig_floor
@@ -317,8 +347,12 @@ class AROW(_OnlineBinary):
             Sigma = xp.eye(m, dtype=dtype, device=ctx.device)
         else:
             Sigma = xp.ones((m,), dtype=dtype, device=ctx.device)
-        return {"mu": self._mean_state(ctx, m, dtype), "Sigma": Sigma,
-                "updates": getattr(self, "n_updates_", 0), "clamps": getattr(self, "n_clamps_", 0)}
+        return {
+            "mu": self._mean_state(ctx, m, dtype),
+            "Sigma": Sigma,
+            "updates": getattr(self, "n_updates_", 0),
+            "clamps": getattr(self, "n_clamps_", 0),
+        }
 
     def _set_state(self, state, d):
         self._set_mean(state["mu"], d)
@@ -354,6 +388,10 @@ class AROW(_OnlineBinary):
                 fired = (m < 1) & (xp.min(Sigma) < floor * (1.0 - 1e-6))
                 Sigma = xp.clip(Sigma, min=floor)
             clamps = clamps + xp.astype(fired, X.dtype)
-        state = {"mu": mu, "Sigma": Sigma, "updates": state["updates"] + int(updates),
-                 "clamps": state["clamps"] + int(clamps)}
+        state = {
+            "mu": mu,
+            "Sigma": Sigma,
+            "updates": state["updates"] + int(updates),
+            "clamps": state["clamps"] + int(clamps),
+        }
         return state, mistakes

@@ -20,7 +20,13 @@ from xpml.base import Persistable, clone
 
 __all__ = ["compare", "ParityReport", "fitted_arrays", "DEFAULT_METHODS"]
 
-DEFAULT_METHODS = ("predict", "predict_proba", "decision_function", "transform", "score_samples")
+DEFAULT_METHODS = (
+    "predict",
+    "predict_proba",
+    "decision_function",
+    "transform",
+    "score_samples",
+)
 
 
 def _parse(spec):
@@ -46,8 +52,13 @@ def fitted_arrays(est, prefix=""):
 def _collect(path, v, out):
     if isinstance(v, Persistable):
         out.update(fitted_arrays(v, prefix=path + "."))
-    elif isinstance(v, (list, tuple)) and v and all(
-        isinstance(e, Persistable) or array_api_compat.is_array_api_obj(e) for e in v
+    elif (
+        isinstance(v, (list, tuple))
+        and v
+        and all(
+            isinstance(e, Persistable) or array_api_compat.is_array_api_obj(e)
+            for e in v
+        )
     ):
         for i, e in enumerate(v):
             _collect(f"{path}[{i}]", e, out)
@@ -82,7 +93,11 @@ class ParityReport:
     def assert_close(self, rtol=1e-8, atol=0.0, exact=("predict",)):
         """Raise AssertionError naming each item beyond ``atol + rtol·|ref|``;
         items in ``exact`` must be equal (e.g. class predictions)."""
-        problems = [f"{b}: {item} missing" for b, items in self.missing.items() for item in items]
+        problems = [
+            f"{b}: {item} missing"
+            for b, items in self.missing.items()
+            for item in items
+        ]
         ref = self.results[self.reference]
         for b, d in self.diffs.items():
             for item, (a, _) in d.items():
@@ -123,8 +138,17 @@ def _run(estimator, X, y, methods, fit_params, spec, dtype):
     return res
 
 
-def compare(estimator, X, y=None, *, backends=("numpy", "array_api_strict", "torch"),
-            reference=None, methods=DEFAULT_METHODS, dtype=None, fit_params=None):
+def compare(
+    estimator,
+    X,
+    y=None,
+    *,
+    backends=("numpy", "array_api_strict", "torch"),
+    reference=None,
+    methods=DEFAULT_METHODS,
+    dtype=None,
+    fit_params=None,
+):
     """Fit a clone of ``estimator`` under each backend and compare the results.
 
     Parameters
@@ -142,7 +166,9 @@ def compare(estimator, X, y=None, *, backends=("numpy", "array_api_strict", "tor
     """
     fit_params = fit_params or {}
     reference = reference or backends[0]
-    results = {b: _run(estimator, X, y, methods, fit_params, b, dtype) for b in backends}
+    results = {
+        b: _run(estimator, X, y, methods, fit_params, b, dtype) for b in backends
+    }
     ref = results[reference]
     diffs, missing = {}, {}
     for b, res in results.items():

@@ -109,8 +109,16 @@ class Bench:
     repeats : int
     """
 
-    def __init__(self, *, backend="numpy", device=None, quick=False, repeats=5, warmup=1,
-                 echo=print):
+    def __init__(
+        self,
+        *,
+        backend="numpy",
+        device=None,
+        quick=False,
+        repeats=5,
+        warmup=1,
+        echo=print,
+    ):
         self.backend, self.device, self.quick = backend, device, quick
         self.repeats, self.warmup = repeats, warmup
         self.results: list[Result] = []
@@ -141,8 +149,20 @@ class Bench:
         out = tuple(move(a, xp, dev) for a in arrays)
         return out if len(out) > 1 else out[0]
 
-    def compare(self, suite, case, n, xpml_fn, ref_fn=None, *, ref_name="scikit-learn",
-                params=None, note="", repeats=None, warmup=None):
+    def compare(
+        self,
+        suite,
+        case,
+        n,
+        xpml_fn,
+        ref_fn=None,
+        *,
+        ref_name="scikit-learn",
+        params=None,
+        note="",
+        repeats=None,
+        warmup=None,
+    ):
         """Time ``xpml_fn`` (under the bench backend) and ``ref_fn`` (on the CPU)
         in the same run and record both."""
         import xpml
@@ -154,13 +174,25 @@ class Bench:
         t_r = None
         if ref_fn is not None:
             t_r, _ = timeit(ref_fn, warmup=warm, repeats=len(times), adaptive=False)
-        r = Result(suite, case, int(n), dict(params or {}), self.backend, t_x, ref_name, t_r,
-                   len(times), note)
+        r = Result(
+            suite,
+            case,
+            int(n),
+            dict(params or {}),
+            self.backend,
+            t_x,
+            ref_name,
+            t_r,
+            len(times),
+            note,
+        )
         self.results.append(r)
         ratio = f"{r.ratio:6.2f}x" if r.ratio else "   n/a"
         ref = f"{t_r * 1e3:10.1f} ms" if t_r else "          -"
-        self.echo(f"{suite:>10} {case:<34} n={n:<7} xpml {t_x * 1e3:10.1f} ms   "
-                  f"{ref_name} {ref}   ratio {ratio} {note}")
+        self.echo(
+            f"{suite:>10} {case:<34} n={n:<7} xpml {t_x * 1e3:10.1f} ms   "
+            f"{ref_name} {ref}   ratio {ratio} {note}"
+        )
         return r
 
     # ------------------------------------------------------------------ output
@@ -173,16 +205,26 @@ class Bench:
             json.dump({"machine": info, "results": rows}, fh, indent=1)
         with open(base + ".md", "w") as fh:
             fh.write(f"# xpml benchmarks ({tag})\n\n")
-            fh.write("Machine: " + ", ".join(f"{k}={v}" for k, v in info.items() if v) + "\n\n")
-            fh.write("Median of repeats after a warm-up; ratio = xpml / reference "
-                     "(below 1: xpml is faster).\n\n")
-            fh.write("| suite | case | n | xpml (ms) | reference | ref (ms) | ratio | note |\n")
+            fh.write(
+                "Machine: "
+                + ", ".join(f"{k}={v}" for k, v in info.items() if v)
+                + "\n\n"
+            )
+            fh.write(
+                "Median of repeats after a warm-up; ratio = xpml / reference "
+                "(below 1: xpml is faster).\n\n"
+            )
+            fh.write(
+                "| suite | case | n | xpml (ms) | reference | ref (ms) | ratio | note |\n"
+            )
             fh.write("|---|---|---:|---:|---|---:|---:|---|\n")
             for r in self.results:
                 ref = f"{r.ref_s * 1e3:.1f}" if r.ref_s else "-"
                 ratio = f"{r.ratio:.2f}" if r.ratio else "-"
-                fh.write(f"| {r.suite} | {r.case} | {r.n} | {r.xpml_s * 1e3:.1f} | {r.ref_name} "
-                         f"| {ref} | {ratio} | {r.note} |\n")
+                fh.write(
+                    f"| {r.suite} | {r.case} | {r.n} | {r.xpml_s * 1e3:.1f} | {r.ref_name} "
+                    f"| {ref} | {ratio} | {r.note} |\n"
+                )
         self._plot(base + ".png")
         return base
 

@@ -23,10 +23,16 @@ def run(bench):
             ours = KMeans(k, init=initb, max_iter=100)
             ref = SK(k, init=init, n_init=1, max_iter=100, algorithm="lloyd")
             n_iter = ours.fit(Xb).n_iter_
-            bench.compare(SUITE, f"KMeans fit k={k} d={d}", n,
-                          lambda: ours.fit(Xb), lambda: ref.fit(X),
-                          params={"d": d, "k": k}, note=f"{n_iter} iterations, same init",
-                          repeats=min(bench.repeats, 3))
+            bench.compare(
+                SUITE,
+                f"KMeans fit k={k} d={d}",
+                n,
+                lambda: ours.fit(Xb),
+                lambda: ref.fit(X),
+                params={"d": d, "k": k},
+                note=f"{n_iter} iterations, same init",
+                repeats=min(bench.repeats, 3),
+            )
 
     for n in bench.sizes([2000], [500]):
         from scipy.cluster.hierarchy import linkage
@@ -34,6 +40,13 @@ def run(bench):
         X = np.random.default_rng(1).standard_normal((n, 5))
         Xb = bench.to_backend(X)
         est = AgglomerativeClustering(linkage="average")
-        bench.compare(SUITE, "agglomerative average d=5", n, lambda: est.fit(Xb),
-                      lambda: linkage(X, method="average"), ref_name="scipy linkage",
-                      params={"d": 5}, repeats=min(bench.repeats, 3))
+        bench.compare(
+            SUITE,
+            "agglomerative average d=5",
+            n,
+            lambda: est.fit(Xb),
+            lambda: linkage(X, method="average"),
+            ref_name="scipy linkage",
+            params={"d": 5},
+            repeats=min(bench.repeats, 3),
+        )

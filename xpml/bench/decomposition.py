@@ -18,10 +18,20 @@ def run(bench):
         X = rng.standard_normal((n, d)) @ rng.standard_normal((d, d))
         Xb = bench.to_backend(X)
         ours = PCA(k)
-        bench.compare(SUITE, f"PCA fit d={d} k={k} vs svd_solver=full", n,
-                      lambda: ours.fit(Xb), lambda: SK(k, svd_solver="full").fit(X),
-                      params={"d": d, "k": k})
-        bench.compare(SUITE, f"PCA fit d={d} k={k} vs default solver", n,
-                      lambda: ours.fit(Xb), lambda: SK(k).fit(X),
-                      ref_name="scikit-learn (auto: covariance_eigh)",
-                      params={"d": d, "k": k})
+        bench.compare(
+            SUITE,
+            f"PCA fit d={d} k={k} vs svd_solver=full",
+            n,
+            lambda: ours.fit(Xb),
+            lambda: SK(k, svd_solver="full").fit(X),
+            params={"d": d, "k": k},
+        )
+        bench.compare(
+            SUITE,
+            f"PCA fit d={d} k={k} vs default solver",
+            n,
+            lambda: ours.fit(Xb),
+            lambda: SK(k).fit(X),
+            ref_name="scikit-learn (auto: covariance_eigh)",
+            params={"d": d, "k": k},
+        )

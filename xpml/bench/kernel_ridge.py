@@ -25,7 +25,21 @@ def run(bench):
         fast = KernelRidge(alpha=alpha, kernel="rbf", gamma=gamma, compute_dof=False)
         full = KernelRidge(alpha=alpha, kernel="rbf", gamma=gamma)
         ref = SK(alpha=alpha, kernel="rbf", gamma=gamma)
-        bench.compare(SUITE, "fit rbf d=20", n, lambda: fast.fit(Xb, yb),
-                      lambda: ref.fit(X, y), params=params, note="compute_dof=False")
-        bench.compare(SUITE, "fit rbf d=20 +effective_dof_", n, lambda: full.fit(Xb, yb),
-                      lambda: ref.fit(X, y), params=params, note="default (dof on)")
+        bench.compare(
+            SUITE,
+            "fit rbf d=20",
+            n,
+            lambda: fast.fit(Xb, yb),
+            lambda: ref.fit(X, y),
+            params=params,
+            note="compute_dof=False",
+        )
+        bench.compare(
+            SUITE,
+            "fit rbf d=20 +effective_dof_",
+            n,
+            lambda: full.fit(Xb, yb),
+            lambda: ref.fit(X, y),
+            params=params,
+            note="default (dof on)",
+        )

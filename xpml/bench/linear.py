@@ -30,11 +30,22 @@ def run(bench):
     for n in bench.sizes([100_000], [10_000]):
         X, y_reg, y_clf = _data(n)
         Xb, yb_reg, yb_clf = bench.to_backend(X, y_reg, y_clf)
-        bench.compare("linear", f"Ridge alpha=1 d={D}", n,
-                      lambda: Ridge(alpha=1.0).fit(Xb, yb_reg),
-                      lambda: sk.Ridge(alpha=1.0).fit(X, y_reg),
-                      params={"d": D, "alpha": 1.0})
-        bench.compare("linear", f"LogisticRegression newton C=1 d={D}", n,
-                      lambda: LogisticRegression(C=1.0, solver="newton", tol=1e-6).fit(Xb, yb_clf),
-                      lambda: sk.LogisticRegression(C=1.0, tol=1e-6, max_iter=1000).fit(X, y_clf),
-                      params={"d": D, "C": 1.0}, note="reference: lbfgs")
+        bench.compare(
+            "linear",
+            f"Ridge alpha=1 d={D}",
+            n,
+            lambda: Ridge(alpha=1.0).fit(Xb, yb_reg),
+            lambda: sk.Ridge(alpha=1.0).fit(X, y_reg),
+            params={"d": D, "alpha": 1.0},
+        )
+        bench.compare(
+            "linear",
+            f"LogisticRegression newton C=1 d={D}",
+            n,
+            lambda: LogisticRegression(C=1.0, solver="newton", tol=1e-6).fit(
+                Xb, yb_clf
+            ),
+            lambda: sk.LogisticRegression(C=1.0, tol=1e-6, max_iter=1000).fit(X, y_clf),
+            params={"d": D, "C": 1.0},
+            note="reference: lbfgs",
+        )

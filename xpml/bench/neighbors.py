@@ -24,11 +24,16 @@ def run(bench):
         ours = KNeighborsClassifier(n_neighbors=k).fit(Xb, yb)
         ref = SK(n_neighbors=k, algorithm="brute").fit(X, y)
         same = np.array_equal(to_numpy(ours.predict(Qb)), ref.predict(Q))
-        bench.compare(SUITE, f"kNN predict brute k={k} d={d}", n,
-                      lambda: ours.predict(Qb), lambda: ref.predict(Q),
-                      params={"d": d, "k": k, "n_queries": n},
-                      note="" if same else "predictions differ",
-                      repeats=min(bench.repeats, 3))
+        bench.compare(
+            SUITE,
+            f"kNN predict brute k={k} d={d}",
+            n,
+            lambda: ours.predict(Qb),
+            lambda: ref.predict(Q),
+            params={"d": d, "k": k, "n_queries": n},
+            note="" if same else "predictions differ",
+            repeats=min(bench.repeats, 3),
+        )
 
     d = 3
     for n in bench.sizes([20000, 50000], [2000, 5000]):
@@ -43,7 +48,14 @@ def run(bench):
                 _, exact = NearestNeighbors(n_neighbors=k).fit(X).kneighbors(Q[:2000])
                 _, approx = ours.kneighbors(Q[:2000])
                 note = f"recall@{k}={recall_at_k(approx, exact):.4f} (max_leaves=16, leaf_size=64)"
-            bench.compare(SUITE, f"kNN predict {algorithm} k={k} d={d}", n,
-                          lambda: ours.predict(Q), lambda: ref.predict(Q),
-                          ref_name="scikit-learn kd_tree", params={"d": d, "k": k},
-                          note=note, repeats=min(bench.repeats, 3))
+            bench.compare(
+                SUITE,
+                f"kNN predict {algorithm} k={k} d={d}",
+                n,
+                lambda: ours.predict(Q),
+                lambda: ref.predict(Q),
+                ref_name="scikit-learn kd_tree",
+                params={"d": d, "k": k},
+                note=note,
+                repeats=min(bench.repeats, 3),
+            )

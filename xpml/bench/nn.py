@@ -58,7 +58,7 @@ def _conv_case(bench, dtype, input_grad, threads):
     dZ = rng.standard_normal((N, H, W, co)).astype(dtype)
     conv = Conv2D(co, 3, padding=1, input_grad=input_grad, random_state=0)
     Xb, dZb = bench.to_backend(X, dZ)
-    conv.forward(Xb)                                  # build the parameters once
+    conv.forward(Xb)  # build the parameters once
 
     def ours():
         conv.forward(Xb)
@@ -66,7 +66,9 @@ def _conv_case(bench, dtype, input_grad, threads):
 
     tdt = torch.float32 if dtype == np.float32 else torch.float64
     W_host = np.transpose(to_numpy(conv.params["W"]), (3, 2, 0, 1)).copy()
-    Xt = torch.tensor(np.transpose(X, (0, 3, 1, 2)).copy(), dtype=tdt, requires_grad=True)
+    Xt = torch.tensor(
+        np.transpose(X, (0, 3, 1, 2)).copy(), dtype=tdt, requires_grad=True
+    )
     Wt = torch.tensor(W_host, dtype=tdt, requires_grad=True)
     bt = torch.zeros(co, dtype=tdt, requires_grad=True)
     dZt = torch.tensor(np.transpose(dZ, (0, 3, 1, 2)).copy(), dtype=tdt)
@@ -80,11 +82,26 @@ def _conv_case(bench, dtype, input_grad, threads):
     name = np.dtype(dtype).name
     where = "default threads" if threads is None else f"{threads} thread"
     with _threads(threads):
-        bench.compare("nn", f"conv2d fwd+bwd {name} dX={input_grad} {where}", N, ours, ref,
-                      ref_name="torch.conv2d+autograd",
-                      params={"H": H, "W": W, "C_in": ci, "C_out": co, "k": 3, "padding": 1,
-                              "dtype": name, "input_grad": input_grad, "threads": threads},
-                      note=f"3x3 {ci}->{co} pad 1, {H}x{W}")
+        bench.compare(
+            "nn",
+            f"conv2d fwd+bwd {name} dX={input_grad} {where}",
+            N,
+            ours,
+            ref,
+            ref_name="torch.conv2d+autograd",
+            params={
+                "H": H,
+                "W": W,
+                "C_in": ci,
+                "C_out": co,
+                "k": 3,
+                "padding": 1,
+                "dtype": name,
+                "input_grad": input_grad,
+                "threads": threads,
+            },
+            note=f"3x3 {ci}->{co} pad 1, {H}x{W}",
+        )
 
 
 def _digits_case(bench):
@@ -99,8 +116,11 @@ def _digits_case(bench):
     Xb, yb = bench.to_backend(X, y)
 
     def ours():
-        net = Sequential([Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
-                         learning_rate=0.005, random_state=0)
+        net = Sequential(
+            [Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+            learning_rate=0.005,
+            random_state=0,
+        )
         return net.fit(Xb, yb, epochs=epochs, batch_size=32)
 
     Xt = torch.tensor(np.transpose(X, (0, 3, 1, 2)).copy())
@@ -109,23 +129,35 @@ def _digits_case(bench):
     def ref():
         torch.manual_seed(0)
         nn = torch.nn
-        net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                            nn.Flatten(), nn.Linear(256, 10)).double()
+        net = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(256, 10),
+        ).double()
         opt = torch.optim.Adam(net.parameters(), lr=0.005)
         g = torch.Generator().manual_seed(0)
         for _ in range(epochs):
             order = torch.randperm(len(Xt), generator=g)
             for s in range(0, len(Xt), 32):
-                idx = order[s:s + 32]
+                idx = order[s : s + 32]
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(net(Xt[idx]), yt[idx]).backward()
                 opt.step()
         return net
 
     with _threads(1):
-        bench.compare("nn", f"digits CNN train {epochs} epochs float64 1 thread", len(X), ours,
-                      ref, ref_name="torch.nn (same net, Adam)", repeats=3,
-                      params={"epochs": epochs, "batch_size": 32, "threads": 1})
+        bench.compare(
+            "nn",
+            f"digits CNN train {epochs} epochs float64 1 thread",
+            len(X),
+            ours,
+            ref,
+            ref_name="torch.nn (same net, Adam)",
+            repeats=3,
+            params={"epochs": epochs, "batch_size": 32, "threads": 1},
+        )
 
 
 def run(bench):

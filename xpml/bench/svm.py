@@ -54,9 +54,22 @@ def _run(bench):
         reps = 3 if n <= 5000 else 1
         ours = SVC(gamma=0.05, C=1.0)
         ref = SkSVC(gamma=0.05, C=1.0)
-        r = bench.compare("svm", "SVC.fit rbf", n, lambda: ours.fit(Xb, yb),
-                          lambda: ref.fit(X, y), params=params, repeats=reps)
+        r = bench.compare(
+            "svm",
+            "SVC.fit rbf",
+            n,
+            lambda: ours.fit(Xb, yb),
+            lambda: ref.fit(X, y),
+            params=params,
+            repeats=reps,
+        )
         r.note = f"SVs {int(np.sum(ours.n_support_))} vs {int(np.sum(ref.n_support_))}"
-        bench.compare("svm", "SVC.decision_function rbf", n,
-                      lambda: ours.decision_function(Xb), lambda: ref.decision_function(X),
-                      params=params, repeats=reps)
+        bench.compare(
+            "svm",
+            "SVC.decision_function rbf",
+            n,
+            lambda: ours.decision_function(Xb),
+            lambda: ref.decision_function(X),
+            params=params,
+            repeats=reps,
+        )

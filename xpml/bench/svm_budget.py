@@ -25,12 +25,22 @@ def run(bench):
     Xb, yb = bench.to_backend(X, y)
     model = SVC(gamma=0.05, C=1.0, cache_size=BUDGET_MB)
     with _blas_threads():
-        r = bench.compare("svm-budget", f"SVC.fit rbf cache_size={BUDGET_MB}MB", n,
-                          lambda: model.fit(Xb, yb), None, ref_name="-", repeats=1, warmup=0,
-                          params={"cache_size_mb": BUDGET_MB, "gamma": 0.05, "C": 1.0})
+        r = bench.compare(
+            "svm-budget",
+            f"SVC.fit rbf cache_size={BUDGET_MB}MB",
+            n,
+            lambda: model.fit(Xb, yb),
+            None,
+            ref_name="-",
+            repeats=1,
+            warmup=0,
+            params={"cache_size_mb": BUDGET_MB, "gamma": 0.05, "C": 1.0},
+        )
     peak = model.cache_peak_bytes_
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    r.note = (f"cache peak {peak / 2**20:.0f} MB <= budget {BUDGET_MB} MB: "
-              f"{peak <= BUDGET_MB * 2**20}; process peak RSS {rss_mb:.0f} MB; "
-              f"{int(sum(model.n_support_))} SVs, n_iter {model.n_iter_}")
+    r.note = (
+        f"cache peak {peak / 2**20:.0f} MB <= budget {BUDGET_MB} MB: "
+        f"{peak <= BUDGET_MB * 2**20}; process peak RSS {rss_mb:.0f} MB; "
+        f"{int(sum(model.n_support_))} SVs, n_iter {model.n_iter_}"
+    )
     bench.echo(f"{'':>10} {r.note}")

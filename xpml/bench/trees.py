@@ -14,8 +14,9 @@ SUITE = "trees"
 def _data(n, d, seed):
     from sklearn.datasets import make_classification
 
-    X, y = make_classification(n_samples=2 * n, n_features=d, n_informative=10,
-                               random_state=seed)
+    X, y = make_classification(
+        n_samples=2 * n, n_features=d, n_informative=10, random_state=seed
+    )
     return X[:n], y[:n], X[n:], y[n:]
 
 
@@ -37,12 +38,24 @@ def run(bench):
             acc = np.mean(to_numpy(tree.predict(Xtb)) == yt)
         ref = SkTree(random_state=0).fit(X, y)
         note = f"test acc xpml {acc:.4f} sklearn {ref.score(Xt, yt):.4f}"
-        bench.compare(SUITE, f"tree fit d={d}", n,
-                      lambda: DecisionTreeClassifier().fit(Xb, yb),
-                      lambda: SkTree(random_state=0).fit(X, y),
-                      params={"d": d}, note=note, repeats=min(bench.repeats, 3))
-        bench.compare(SUITE, f"tree predict d={d}", n,
-                      lambda: tree.predict(Xtb), lambda: ref.predict(Xt), params={"d": d})
+        bench.compare(
+            SUITE,
+            f"tree fit d={d}",
+            n,
+            lambda: DecisionTreeClassifier().fit(Xb, yb),
+            lambda: SkTree(random_state=0).fit(X, y),
+            params={"d": d},
+            note=note,
+            repeats=min(bench.repeats, 3),
+        )
+        bench.compare(
+            SUITE,
+            f"tree predict d={d}",
+            n,
+            lambda: tree.predict(Xtb),
+            lambda: ref.predict(Xt),
+            params={"d": d},
+        )
 
         T = 100
         with xpml.backend(bench.backend, device=bench.device, output="backend"):
@@ -50,10 +63,22 @@ def run(bench):
             acc = np.mean(to_numpy(forest.predict(Xtb)) == yt)
         ref_f = SkForest(T, random_state=0).fit(X, y)
         note = f"test acc xpml {acc:.4f} sklearn {ref_f.score(Xt, yt):.4f}"
-        bench.compare(SUITE, f"forest fit {T} trees d={d}", n,
-                      lambda: RandomForestClassifier(T, random_state=0).fit(Xb, yb),
-                      lambda: SkForest(T, random_state=0).fit(X, y),
-                      params={"d": d, "n_estimators": T}, note=note, repeats=1)
-        bench.compare(SUITE, f"forest predict_proba {T} trees d={d}", n,
-                      lambda: forest.predict_proba(Xtb), lambda: ref_f.predict_proba(Xt),
-                      params={"d": d, "n_estimators": T}, repeats=min(bench.repeats, 3))
+        bench.compare(
+            SUITE,
+            f"forest fit {T} trees d={d}",
+            n,
+            lambda: RandomForestClassifier(T, random_state=0).fit(Xb, yb),
+            lambda: SkForest(T, random_state=0).fit(X, y),
+            params={"d": d, "n_estimators": T},
+            note=note,
+            repeats=1,
+        )
+        bench.compare(
+            SUITE,
+            f"forest predict_proba {T} trees d={d}",
+            n,
+            lambda: forest.predict_proba(Xtb),
+            lambda: ref_f.predict_proba(Xt),
+            params={"d": d, "n_estimators": T},
+            repeats=min(bench.repeats, 3),
+        )

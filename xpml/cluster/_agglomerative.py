@@ -53,7 +53,11 @@ def _merge_rows(old, fixed, need, /, *, xp):
     ``fixed`` (a gather, since the array API has no fancy-index assignment)."""
     n = old.shape[0]
     rank = xp.cumulative_sum(xp.astype(need, xp.int64)) - 1
-    where = xp.where(need, n + rank, xp.arange(n, dtype=xp.int64, device=array_api_compat.device(old)))
+    where = xp.where(
+        need,
+        n + rank,
+        xp.arange(n, dtype=xp.int64, device=array_api_compat.device(old)),
+    )
     return xp.take(xp.concat([old, xp.astype(fixed, old.dtype)]), where)
 
 
@@ -80,8 +84,9 @@ def _linkage(X, linkage, /, *, xp):
         h = rowmin[a]
         if b < a:
             a, b = b, a
-        new = _lance_williams(linkage, D[a, :], D[b, :], h, float(sizes[a]), float(sizes[b]),
-                              xp=xp)
+        new = _lance_williams(
+            linkage, D[a, :], D[b, :], h, float(sizes[a]), float(sizes[b]), xp=xp
+        )
         new = xp.where((idx == a) | (idx == b), inf, new)
         D = xpx.at(D)[a, :].set(new)
         D = xpx.at(D)[:, a].set(new)
@@ -216,7 +221,9 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         xp = ctx.xp
         n = int(X.shape[0])
         if self.n_clusters is not None and self.n_clusters > n:
-            raise ValueError(f"n_clusters={self.n_clusters} must be at most n_samples={n}")
+            raise ValueError(
+                f"n_clusters={self.n_clusters} must be at most n_samples={n}"
+            )
         Z = _linkage(X, self.linkage, xp=xp)
         if self.n_clusters is not None:
             n_merges = n - self.n_clusters

@@ -41,8 +41,13 @@ _CPU_BLOCK_BYTES = 4 * 2**20  # NumPy: cache-sized distance blocks are faster
 def _block_rows(X, k, xp, memory_budget):
     if memory_budget is None and array_api_compat.is_numpy_namespace(xp):
         memory_budget = _CPU_BLOCK_BYTES
-    return block_rows_for(k, X.shape[1], 4 if X.dtype == xp.float32 else 8, kernel="linear",
-                          memory_budget=memory_budget)
+    return block_rows_for(
+        k,
+        X.shape[1],
+        4 if X.dtype == xp.float32 else 8,
+        kernel="linear",
+        memory_budget=memory_budget,
+    )
 
 
 def _nearest(Ab, B, prev, /, *, xp):
@@ -62,9 +67,15 @@ def _assign(X, C, previous, /, *, xp, memory_budget=None):
     n = X.shape[0]
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
     A, B = query_factor(X, xp=xp), point_factor(C, xp=xp)
-    out = [_nearest(A[r0:min(r0 + rows, n), :], B,
-                    None if previous is None else previous[r0:min(r0 + rows, n)], xp=xp)
-           for r0 in range(0, n, rows)]
+    out = [
+        _nearest(
+            A[r0 : min(r0 + rows, n), :],
+            B,
+            None if previous is None else previous[r0 : min(r0 + rows, n)],
+            xp=xp,
+        )
+        for r0 in range(0, n, rows)
+    ]
     return out[0] if len(out) == 1 else xp.concat(out)
 
 
@@ -86,7 +97,9 @@ def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
     labels, sums, wsum = [], None, None
     for r0 in range(0, n, rows):
         r1 = min(r0 + rows, n)
-        lab = _nearest(A[r0:r1, :], B, None if previous is None else previous[r0:r1], xp=xp)
+        lab = _nearest(
+            A[r0:r1, :], B, None if previous is None else previous[r0:r1], xp=xp
+        )
         M = _membership(lab, k, xp=xp, dtype=A.dtype)
         s, ws = M @ Xw[r0:r1, :], M @ w[r0:r1]
         sums, wsum = (s, ws) if sums is None else (sums + s, wsum + ws)
@@ -160,14 +173,16 @@ def _init_kmeanspp(X, k, w, w_host, rng, /, *, xp, device):
     X_norms = sq_norms(X, xp=xp)
     first = int(rng.choice(n, p=w_host / w_host.sum()))
     chosen = [first]
-    closest = sq_distances(X[first:first + 1, :], X, xp=xp, Y_norms=X_norms)[0, :]
+    closest = sq_distances(X[first : first + 1, :], X, xp=xp, Y_norms=X_norms)[0, :]
     pot = float(xp.sum(w * closest))
     for _ in range(1, k):
         r = xp.asarray(rng.uniform(size=trials) * pot, dtype=X.dtype, device=device)
         cand = xp.searchsorted(xp.cumulative_sum(w * closest), r)
         cand = xp.clip(cand, 0, n - 1)
-        D = xp.minimum(closest[None, :],
-                       sq_distances(xp.take(X, cand, axis=0), X, xp=xp, Y_norms=X_norms))
+        D = xp.minimum(
+            closest[None, :],
+            sq_distances(xp.take(X, cand, axis=0), X, xp=xp, Y_norms=X_norms),
+        )
         pots = xp.sum(w[None, :] * D, axis=1)
         best = int(xp.argmin(pots))
         closest = D[best, :]
@@ -191,7 +206,9 @@ def _init_centres(X, k, init, w, w_host, rng, /, *, xp, device):
     M = _membership(labels, k, xp=xp, dtype=X.dtype) * w[None, :]
     wsum = xp.sum(M, axis=1)
     C = (M @ X) / xp.where(wsum > 0, wsum, xp.ones_like(wsum))[:, None]
-    if np.any(counts == 0):  # only with very few points: an empty part takes a random point
+    if np.any(
+        counts == 0
+    ):  # only with very few points: an empty part takes a random point
         fill = np.where(counts == 0, rng.integers(0, n, size=k), -1)
         rows = xp.take(X, xp.asarray(np.maximum(fill, 0), device=device), axis=0)
         C = xp.where(xp.asarray(fill >= 0, device=device)[:, None], rows, C)
@@ -262,15 +279,23 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         "data": "unsupervised",
         "test_params": {"n_clusters": 3, "n_init": 2, "random_state": 0},
         "sklearn_xfail": {
-            "check_sample_weight_equivalence_on_dense_data":
-                "the random initialisation draws depend on the number of rows, so "
-                "repeating a row is not the same random run as doubling its weight "
-                "(scikit-learn's KMeans is excluded from this check for the same reason)",
+            "check_sample_weight_equivalence_on_dense_data": "the random initialisation draws depend on the number of rows, so "
+            "repeating a row is not the same random run as doubling its weight "
+            "(scikit-learn's KMeans is excluded from this check for the same reason)",
         },
     }
 
-    def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
-                 tol=1e-4, random_state=None, memory_budget=None):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means++",
+        n_init="auto",
+        max_iter=300,
+        tol=1e-4,
+        random_state=None,
+        memory_budget=None,
+    ):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -286,8 +311,10 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         n, d = X.shape
         k = self.n_clusters
         if n < k:
-            raise ValueError(f"n_samples={n} should be >= n_clusters={k}: KMeans needs at "
-                             f"least as many samples as clusters")
+            raise ValueError(
+                f"n_samples={n} should be >= n_clusters={k}: KMeans needs at "
+                f"least as many samples as clusters"
+            )
         if w is None:
             w = xp.ones((n,), dtype=X.dtype, device=ctx.device)
         given = not isinstance(self.init, str)
@@ -318,13 +345,23 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """The best (lowest inertia) of ``n_init`` Lloyd runs."""
         xp = ctx.xp
         given = C0 is not None
-        w_host = (to_numpy(w).astype(np.float64)
-                  if not given and self.init == "k-means++" else None)
+        w_host = (
+            to_numpy(w).astype(np.float64)
+            if not given and self.init == "k-means++"
+            else None
+        )
         best = None
         for _ in range(n_init):
-            C = C0 if given else _init_centres(X, k, self.init, w, w_host, rng, xp=xp,
-                                               device=ctx.device)
-            run = _lloyd(X, w, C, self.max_iter, tol, xp=xp, memory_budget=self.memory_budget)
+            C = (
+                C0
+                if given
+                else _init_centres(
+                    X, k, self.init, w, w_host, rng, xp=xp, device=ctx.device
+                )
+            )
+            run = _lloyd(
+                X, w, C, self.max_iter, tol, xp=xp, memory_budget=self.memory_budget
+            )
             if best is None or run[2] < best[2]:
                 best = run
         return best
@@ -337,8 +374,13 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Index of the nearest centre (the smallest index on a tie)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
-        labels = _assign(X, ctx.take(self.cluster_centers_), None, xp=xp,
-                            memory_budget=self.memory_budget)
+        labels = _assign(
+            X,
+            ctx.take(self.cluster_centers_),
+            None,
+            xp=xp,
+            memory_budget=self.memory_budget,
+        )
         return ctx.out(xp.astype(labels, xp.int64))
 
     def transform(self, X):
@@ -353,6 +395,9 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         xp = ctx.xp
         C = ctx.take(self.cluster_centers_)
         labels = _assign(X, C, None, xp=xp, memory_budget=self.memory_budget)
-        w = (xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device) if sample_weight is None
-             else xp.asarray(to_numpy(sample_weight), dtype=X.dtype, device=ctx.device))
+        w = (
+            xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device)
+            if sample_weight is None
+            else xp.asarray(to_numpy(sample_weight), dtype=X.dtype, device=ctx.device)
+        )
         return -float(_inertia(X, C, labels, w, xp=xp))

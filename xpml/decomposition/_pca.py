@@ -90,8 +90,11 @@ class PCA(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "n_components": [None, Interval(Integral, 1, None, closed="left"),
-                         Interval(Real, 0, 1, closed="neither")],
+        "n_components": [
+            None,
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0, 1, closed="neither"),
+        ],
         "whiten": ["boolean"],
     }
     _xpml_tags = {"data": "unsupervised"}
@@ -160,7 +163,9 @@ class PCA(TransformerMixin, BaseEstimator):
 def _randomized_range(X, size, n_iter, rng, /, *, xp, device):
     """Orthonormal basis of (approximately) the range of ``X``: Gaussian test
     matrix drawn on the host, ``n_iter`` QR-normalised power iterations."""
-    omega = xp.asarray(rng.standard_normal((X.shape[1], size)), dtype=X.dtype, device=device)
+    omega = xp.asarray(
+        rng.standard_normal((X.shape[1], size)), dtype=X.dtype, device=device
+    )
     Q, _ = xp.linalg.qr(X @ omega)
     for _ in range(n_iter):
         Q, _ = xp.linalg.qr(X.T @ Q)
@@ -219,8 +224,15 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
     }
     _xpml_tags = {"data": "unsupervised", "test_params": {"random_state": 0}}
 
-    def __init__(self, n_components=2, *, algorithm="randomized", n_iter=5, n_oversamples=10,
-                 random_state=None):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        algorithm="randomized",
+        n_iter=5,
+        n_oversamples=10,
+        random_state=None,
+    ):
         self.n_components = n_components
         self.algorithm = algorithm
         self.n_iter = n_iter

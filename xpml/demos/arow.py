@@ -30,7 +30,9 @@ def eight_updates(r=1.0):
     rows = []
     for _ in range(8):
         arow.partial_fit(np.array([[1.0, 0.0]]), np.array([1]), classes=[0, 1])
-        rows.append((float(arow.coef_[0]), float(arow.cov_[0, 0]), float(arow.cov_[1, 1])))
+        rows.append(
+            (float(arow.coef_[0]), float(arow.cov_[0, 0]), float(arow.cov_[1, 1]))
+        )
     return rows
 
 
@@ -39,9 +41,11 @@ def scale_table(scales=(0.02, 1.0, 50.0), seeds=range(4)):
     column scaled, averaged over streams."""
     from xpml.online import AROW, PassiveAggressive
 
-    models = {"PA-I C=1": lambda: PassiveAggressive(mode="pa1"),
-              "AROW full r=0.1": lambda: AROW(r=0.1),
-              "AROW diag r=0.1": lambda: AROW(r=0.1, covariance="diag")}
+    models = {
+        "PA-I C=1": lambda: PassiveAggressive(mode="pa1"),
+        "AROW full r=0.1": lambda: AROW(r=0.1),
+        "AROW diag r=0.1": lambda: AROW(r=0.1, covariance="diag"),
+    }
     table = {name: [] for name in models}
     for s in scales:
         for name, make in models.items():
@@ -95,40 +99,54 @@ def main(argv=None) -> int:
     rows = eight_updates()
     for i, (m, s11, s22) in enumerate(rows, 1):
         print(f"{i:4d} {m:10.6f} {s11:10.6f} {s22:10.6f}")
-    print("-> the mean creeps toward the margin (0.5, 0.666667, 0.764706, ...) ever more "
-          "slowly because the step moves along Sigma x and Sigma shrinks along x; the "
-          "variance of the never-seen direction stays exactly 1.")
+    print(
+        "-> the mean creeps toward the margin (0.5, 0.666667, 0.764706, ...) ever more "
+        "slowly because the step moves along Sigma x and Sigma shrinks along x; the "
+        "variance of the never-seen direction stays exactly 1."
+    )
 
     scales = (0.02, 1.0, 50.0)
     table = scale_table(scales)
-    print("\nOnline mistakes (600 rows, mean of 4 streams) with one pure-noise column "
-          "multiplied by s")
+    print(
+        "\nOnline mistakes (600 rows, mean of 4 streams) with one pure-noise column "
+        "multiplied by s"
+    )
     print(f"{'model':<18}" + "".join(f"{'s=' + format(s, 'g'):>10}" for s in scales))
     for name, vals in table.items():
         print(f"{name:<18}" + "".join(f"{v:10.1f}" for v in vals))
     pa, ad = table["PA-I C=1"], table["AROW diag r=0.1"]
-    print(f"-> scaling the noise column by 50 costs PA {pa[2] - pa[1]:+.0f} mistakes and "
-          f"diagonal AROW {ad[2] - ad[1]:+.0f}: AROW's variance for that column shrinks at "
-          f"once, so it learns the scale; PA's step is tied to ||x||^2, dominated by noise.")
+    print(
+        f"-> scaling the noise column by 50 costs PA {pa[2] - pa[1]:+.0f} mistakes and "
+        f"diagonal AROW {ad[2] - ad[1]:+.0f}: AROW's variance for that column shrinks at "
+        f"once, so it learns the scale; PA's step is tied to ||x||^2, dominated by noise."
+    )
 
     sweep = r_sweep()
     for flip, sweep_rows in sweep.items():
-        print(f"\nr sweep, {'clean' if flip == 0 else '20% flipped'} stream (mean of 3): "
-              f"online mistakes and eigenvalue clamps")
+        print(
+            f"\nr sweep, {'clean' if flip == 0 else '20% flipped'} stream (mean of 3): "
+            f"online mistakes and eigenvalue clamps"
+        )
         print(f"{'r':>7} {'mistakes':>9} {'clamps':>8}")
         for r, m, c in sweep_rows:
             print(f"{r:7g} {m:9.1f} {c:8.1f}")
-    print("-> small r is conservative (small steps, few clamps); large r (>= 5) makes beta "
-          "explode: each confident mistake pushes an eigenvalue of Sigma through zero, the "
-          "floor catches it, and noisy labels make this happen over and over.")
+    print(
+        "-> small r is conservative (small steps, few clamps); large r (>= 5) makes beta "
+        "explode: each confident mistake pushes an eigenvalue of Sigma through zero, the "
+        "floor catches it, and noisy labels make this happen over and over."
+    )
 
     spec = spectra()
     print("\nFinal covariance spectrum (d = 20 + bias, 20% flipped labels)")
     for r, (ev, clamps, upd) in spec.items():
-        print(f"  r={r:g}: largest {ev[0]:.3g}, median {np.median(ev):.3g}, smallest "
-              f"{ev[-1]:.3g}; clamps {clamps} of {upd} updates")
-    print("-> Sigma collapses along the directions seen most; with large r most eigenvalues "
-          "sit on the 1e-9 floor and the learner has stopped learning there.")
+        print(
+            f"  r={r:g}: largest {ev[0]:.3g}, median {np.median(ev):.3g}, smallest "
+            f"{ev[-1]:.3g}; clamps {clamps} of {upd} updates"
+        )
+    print(
+        "-> Sigma collapses along the directions seen most; with large r most eigenvalues "
+        "sit on the 1e-9 floor and the learner has stopped learning there."
+    )
 
     plt = plt_or_none()
     if plt is not None:
@@ -148,8 +166,12 @@ def main(argv=None) -> int:
         ax[1].set_title("feature scale")
         ax[1].legend(fontsize=8)
         for flip, rows_ in sweep.items():
-            ax[2].plot([r for r, _, _ in rows_], [m for _, m, _ in rows_], "o-",
-                       label=f"{int(flip * 100)}% flipped")
+            ax[2].plot(
+                [r for r, _, _ in rows_],
+                [m for _, m, _ in rows_],
+                "o-",
+                label=f"{int(flip * 100)}% flipped",
+            )
         ax[2].set_xscale("log")
         ax[2].set_xlabel("r")
         ax[2].set_ylabel("online mistakes")

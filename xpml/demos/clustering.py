@@ -23,8 +23,13 @@ def compare_inits(X, k, seeds=20):
 
     rows = {}
     for init in ("k-means++", "forgy", "random-partition"):
-        runs = [KMeans(k, init=init, n_init=1, random_state=s).fit(X) for s in range(seeds)]
-        rows[init] = (np.array([r.inertia_ for r in runs]), np.array([r.n_iter_ for r in runs]))
+        runs = [
+            KMeans(k, init=init, n_init=1, random_state=s).fit(X) for s in range(seeds)
+        ]
+        rows[init] = (
+            np.array([r.inertia_ for r in runs]),
+            np.array([r.n_iter_ for r in runs]),
+        )
     return rows
 
 
@@ -38,34 +43,46 @@ def main(argv=None) -> int:
 
     k = 8
     X, _ = _blobs(2000, k, 2, seed=3)
-    print(f"k-means on {len(X)} points in 2-D drawn around {k} centres; "
-          f"{args.seeds} single runs (n_init=1) per initialisation:")
+    print(
+        f"k-means on {len(X)} points in 2-D drawn around {k} centres; "
+        f"{args.seeds} single runs (n_init=1) per initialisation:"
+    )
     rows = compare_inits(X, k, args.seeds)
     best = min(v[0].min() for v in rows.values())
-    print(f"  {'init':<17} {'mean inertia':>13} {'worst':>10} {'within 1% of best':>18} "
-          f"{'mean iters':>10} {'n_init=10':>10}")
+    print(
+        f"  {'init':<17} {'mean inertia':>13} {'worst':>10} {'within 1% of best':>18} "
+        f"{'mean iters':>10} {'n_init=10':>10}"
+    )
     for init, (inertia, iters) in rows.items():
         near = np.mean(inertia <= best * 1.01)
         multi = KMeans(k, init=init, n_init=10, random_state=0).fit(X)
         if init == "k-means++":
             restarts = multi
-        print(f"  {init:<17} {inertia.mean():13.1f} {inertia.max():10.1f} {near:18.0%} "
-              f"{iters.mean():10.1f} {multi.inertia_:10.1f}")
-    print(f"  (best single run: {best:.1f}; the last column keeps the best of 10 restarts)")
+        print(
+            f"  {init:<17} {inertia.mean():13.1f} {inertia.max():10.1f} {near:18.0%} "
+            f"{iters.mean():10.1f} {multi.inertia_:10.1f}"
+        )
+    print(
+        f"  (best single run: {best:.1f}; the last column keeps the best of 10 restarts)"
+    )
 
     pts, _ = _blobs(40, 4, 2, seed=7, spread=1.5)
     linkages = ("single", "complete", "average", "centroid")
     trees = {}
-    print("\nagglomerative clustering of 40 points, last three merge heights "
-          "(a jump marks a natural cut):")
+    print(
+        "\nagglomerative clustering of 40 points, last three merge heights "
+        "(a jump marks a natural cut):"
+    )
     for linkage in linkages:
         est = AgglomerativeClustering(n_clusters=4, linkage=linkage).fit(pts)
         Z = np.asarray(est.linkage_matrix_)
         trees[linkage] = Z
         inversions = int(np.sum(np.diff(Z[:, 2]) < 0))
         note = f", {inversions} inversion(s)" if inversions else ""
-        print(f"  {linkage:<9} {np.round(Z[-3:, 2], 2).tolist()}  cluster sizes "
-              f"{np.bincount(np.asarray(est.labels_)).tolist()}{note}")
+        print(
+            f"  {linkage:<9} {np.round(Z[-3:, 2], 2).tolist()}  cluster sizes "
+            f"{np.bincount(np.asarray(est.labels_)).tolist()}{note}"
+        )
 
     from xpml.demos import out_dir, plt_or_none
 

@@ -15,8 +15,11 @@ def build(seed=0):
     """The demo network: conv 3x3 (16) → ReLU → max-pool 2 → dense 10 (logits)."""
     from xpml.nn import Conv2D, Dense, Flatten, MaxPool2D, ReLU, Sequential
 
-    return Sequential([Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
-                      learning_rate=0.005, random_state=seed)
+    return Sequential(
+        [Conv2D(16, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+        learning_rate=0.005,
+        random_state=seed,
+    )
 
 
 def main(argv=None) -> int:
@@ -35,23 +38,36 @@ def main(argv=None) -> int:
     import xpml
 
     X, y = load_digits(return_X_y=True)
-    X = (X / 16.0).reshape(-1, 8, 8, 1)           # NHWC, grey levels in [0, 1]
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
+    X = (X / 16.0).reshape(-1, 8, 8, 1)  # NHWC, grey levels in [0, 1]
+    Xtr, Xte, ytr, yte = train_test_split(
+        X, y, test_size=0.25, random_state=0, stratify=y
+    )
     net = build(args.seed)
-    print(f"digits: {len(Xtr)} training and {len(Xte)} test images of 8x8; "
-          f"network {[type(layer).__name__ for layer in net.layers]}")
+    print(
+        f"digits: {len(Xtr)} training and {len(Xte)} test images of 8x8; "
+        f"network {[type(layer).__name__ for layer in net.layers]}"
+    )
     t0 = time.perf_counter()
     with xpml.backend(args.backend, device=args.device):
-        net.fit(Xtr, ytr, epochs=args.epochs, batch_size=args.batch_size,
-                validation_data=(Xte, yte))
+        net.fit(
+            Xtr,
+            ytr,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            validation_data=(Xte, yte),
+        )
         final = net.evaluate(Xte, yte)
     seconds = time.perf_counter() - t0
     h = net.history
     print(f"{'epoch':>5} {'train loss':>11} {'test loss':>10} {'test acc':>9}")
-    for e, (lo, vl, va) in enumerate(zip(h["loss"], h["val_loss"], h["val_accuracy"]), 1):
+    for e, (lo, vl, va) in enumerate(
+        zip(h["loss"], h["val_loss"], h["val_accuracy"]), 1
+    ):
         print(f"{e:>5} {lo:>11.4f} {vl:>10.4f} {va:>9.2%}")
-    print(f"final test accuracy {final['accuracy']:.2%} after {args.epochs} epochs "
-          f"({seconds:.1f} s on {args.backend or 'numpy'})")
+    print(
+        f"final test accuracy {final['accuracy']:.2%} after {args.epochs} epochs "
+        f"({seconds:.1f} s on {args.backend or 'numpy'})"
+    )
 
     from xpml.demos import out_dir, plt_or_none
 

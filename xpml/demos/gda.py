@@ -46,14 +46,17 @@ def posterior_check(n=500, seed=0):
 
     def log_density(m):
         D = X - m
-        return -0.5 * np.einsum("ij,jk,ik->i", D, Si, D)      # shared constants cancel
+        return -0.5 * np.einsum("ij,jk,ik->i", D, Si, D)  # shared constants cancel
 
     bayes_log_odds = log_density(mu[1]) - log_density(mu[0]) + np.log(pri[1] / pri[0])
     bayes = 1.0 / (1.0 + np.exp(-bayes_log_odds))
     logistic = 1.0 / (1.0 + np.exp(-(lda.theta0_ + X @ lda.theta_)))
     proba = lda.predict_proba(X)[:, 1]
-    return (float(np.max(np.abs(proba - logistic))), float(np.max(np.abs(bayes - logistic))),
-            lda)
+    return (
+        float(np.max(np.abs(proba - logistic))),
+        float(np.max(np.abs(bayes - logistic))),
+        lda,
+    )
 
 
 def learning_curves(make_data, sizes=(10, 20, 40, 80, 160, 320, 640, 1280), repeats=20):
@@ -70,8 +73,10 @@ def learning_curves(make_data, sizes=(10, 20, 40, 80, 160, 320, 640, 1280), repe
                 X, y = make_data(m, seed=rep)
                 if len(np.unique(y)) < 2:
                     continue
-                models = {"GDA (LDA)": LinearDiscriminantAnalysis(),
-                          "logistic regression": LogisticRegression(C=100.0, max_iter=50)}
+                models = {
+                    "GDA (LDA)": LinearDiscriminantAnalysis(),
+                    "logistic regression": LogisticRegression(C=100.0, max_iter=50),
+                }
                 for name, est in models.items():
                     errs[name].append(1.0 - est.fit(X, y).score(Xte, yte))
             for name in curves:
@@ -82,37 +87,52 @@ def learning_curves(make_data, sizes=(10, 20, 40, 80, 160, 320, 640, 1280), repe
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="xpml demo gda", description=__doc__)
     parser.add_argument("--out", default=None, help="folder for the PNG")
-    parser.add_argument("--repeats", type=int, default=20, help="training sets per size")
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="training sets per size"
+    )
     args = parser.parse_args(argv)
     from xpml.demos import out_dir, plt_or_none
 
     d_proba, d_bayes, lda = posterior_check()
     print("Two Gaussian classes with a shared covariance (d = 6, n = 500)")
-    print(f"  theta0 = {float(lda.theta0_):.4f}, theta = {np.round(lda.theta_, 4).tolist()}")
+    print(
+        f"  theta0 = {float(lda.theta0_):.4f}, theta = {np.round(lda.theta_, 4).tolist()}"
+    )
     print(f"  max |predict_proba - sigma(theta0 + theta.x)|          = {d_proba:.2e}")
     print(f"  max |Bayes rule with the two Gaussians - sigma(...)|   = {d_bayes:.2e}")
-    print("-> the generative posterior is exactly a logistic function of x: the quadratic "
-          "terms x' Sigma^-1 x of the two classes cancel because they share Sigma.")
+    print(
+        "-> the generative posterior is exactly a logistic function of x: the quadratic "
+        "terms x' Sigma^-1 x of the two classes cancel because they share Sigma."
+    )
 
     results = {}
-    for title, make in (("Gaussian classes, shared covariance (GDA's model is right)",
-                         gaussian_classes),
-                        ("exponential / heavy-tailed classes (GDA's model is wrong)",
-                         skewed_classes)):
+    for title, make in (
+        (
+            "Gaussian classes, shared covariance (GDA's model is right)",
+            gaussian_classes,
+        ),
+        ("exponential / heavy-tailed classes (GDA's model is wrong)", skewed_classes),
+    ):
         sizes, curves = learning_curves(make, repeats=args.repeats)
         results[title] = (sizes, curves)
-        print(f"\nLearning curves, test error (mean of {args.repeats} training sets): {title}")
+        print(
+            f"\nLearning curves, test error (mean of {args.repeats} training sets): {title}"
+        )
         print(f"{'m':>6}" + "".join(f"{k:>22}" for k in curves))
         for i, m in enumerate(sizes):
             print(f"{m:6d}" + "".join(f"{curves[k][i]:22.4f}" for k in curves))
     print("   (Bayes error of the Gaussian problem: 0.106)")
     (s1, c1), (s2, c2) = results.values()
-    ahead = [m for m, g, lr in zip(s1, c1["GDA (LDA)"], c1["logistic regression"]) if g < lr]
+    ahead = [
+        m for m, g, lr in zip(s1, c1["GDA (LDA)"], c1["logistic regression"]) if g < lr
+    ]
     gap_end = c2["GDA (LDA)"][-1] - c2["logistic regression"][-1]
-    print(f"-> when its assumptions hold GDA learns faster (lower error at m = "
-          f"{', '.join(map(str, ahead))}) and both approach the Bayes error; when they fail, "
-          f"logistic regression -- which models only P(y|x) -- ends {gap_end:.3f} lower at "
-          f"m = {s2[-1]} (Ng & Jordan 2002).")
+    print(
+        f"-> when its assumptions hold GDA learns faster (lower error at m = "
+        f"{', '.join(map(str, ahead))}) and both approach the Bayes error; when they fail, "
+        f"logistic regression -- which models only P(y|x) -- ends {gap_end:.3f} lower at "
+        f"m = {s2[-1]} (Ng & Jordan 2002)."
+    )
 
     plt = plt_or_none()
     if plt is not None:
@@ -120,8 +140,15 @@ def main(argv=None) -> int:
         X, y = gaussian_classes(500)
         z = float(lda.theta0_) + X @ lda.theta_
         order = np.argsort(z)
-        ax[0].plot(z[order], lda.predict_proba(X)[order, 1], lw=3, label="LDA posterior")
-        ax[0].plot(z[order], 1 / (1 + np.exp(-z[order])), "k--", label="sigma(theta0 + theta.x)")
+        ax[0].plot(
+            z[order], lda.predict_proba(X)[order, 1], lw=3, label="LDA posterior"
+        )
+        ax[0].plot(
+            z[order],
+            1 / (1 + np.exp(-z[order])),
+            "k--",
+            label="sigma(theta0 + theta.x)",
+        )
         ax[0].set_xlabel("theta0 + theta.x")
         ax[0].set_ylabel("P(y = 1 | x)")
         ax[0].legend()

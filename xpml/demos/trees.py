@@ -77,39 +77,51 @@ def main(argv=None) -> int:
     Xtr, ytr, _ = make_data(args.n_train, 0)
     Xv, yv, _ = make_data(args.n_train // 2, 1)
     Xte, yte, clean_te = make_data(4000, 2)
-    print(f"data: x1 < sin(2 x0) in 2-D plus 3 noise features, 15% flipped labels; "
-          f"{len(Xtr)} train, {len(Xv)} validation, {len(Xte)} test points "
-          f"(Bayes error 0.15)")
+    print(
+        f"data: x1 < sin(2 x0) in 2-D plus 3 noise features, 15% flipped labels; "
+        f"{len(Xtr)} train, {len(Xv)} validation, {len(Xte)} test points "
+        f"(Bayes error 0.15)"
+    )
     depths = list(range(1, 16))
     rows, before, after = depth_sweep(Xtr, ytr, Xv, yv, Xte, yte, depths)
     print(f"\n{'depth':>5} {'train err':>9} {'test err':>8} {'leaves':>6}")
     for depth, tr, te, leaves in rows:
         print(f"{depth:>5} {tr:>9.3f} {te:>8.3f} {leaves:>6}")
     best = min(rows, key=lambda r: r[2])
-    print(f"\nbest depth {best[0]}: test error {best[2]:.3f}; the full tree overfits: "
-          f"test error {before[1]:.3f} with {before[2]} leaves")
-    print(f"reduced-error pruning on the validation set: validation error {before[0]:.3f} -> "
-          f"{after[0]:.3f}, test error {before[1]:.3f} -> {after[1]:.3f}, leaves {before[2]} -> "
-          f"{after[2]}")
+    print(
+        f"\nbest depth {best[0]}: test error {best[2]:.3f}; the full tree overfits: "
+        f"test error {before[1]:.3f} with {before[2]} leaves"
+    )
+    print(
+        f"reduced-error pruning on the validation set: validation error {before[0]:.3f} -> "
+        f"{after[0]:.3f}, test error {before[1]:.3f} -> {after[1]:.3f}, leaves {before[2]} -> "
+        f"{after[2]}"
+    )
 
     T = args.trees
     models = {
         "tree": lambda r: DecisionTreeClassifier(),
         f"bagging ({T})": lambda r: BaggingClassifier(n_estimators=T, random_state=r),
-        f"forest ({T})": lambda r: RandomForestClassifier(T, max_features=2, random_state=r),
+        f"forest ({T})": lambda r: RandomForestClassifier(
+            T, max_features=2, random_state=r
+        ),
     }
     bv = bias_variance(models, args.n_train, args.resamples, Xte, clean_te)
-    print(f"\nover {args.resamples} fresh training sets of {args.n_train} points "
-          f"(0/1 loss against the noise-free labels):")
+    print(
+        f"\nover {args.resamples} fresh training sets of {args.n_train} points "
+        f"(0/1 loss against the noise-free labels):"
+    )
     print(f"{'model':>14} {'error':>7} {'bias':>7} {'variance':>9}")
     for name, v in bv.items():
         print(f"{name:>14} {v['error']:>7.3f} {v['bias']:>7.3f} {v['variance']:>9.3f}")
     v = [bv[nm]["variance"] for nm in bv]
     e = [bv[nm]["error"] for nm in bv]
-    print(f"variance: one tree {v[0]:.3f}, bagging {v[1]:.3f}, forest {v[2]:.3f}; error "
-          f"{e[0]:.3f} -> {e[1]:.3f} -> {e[2]:.3f}. Averaging bootstrap trees removes variance "
-          f"(a full tree's bias is already low); random feature subsets decorrelate the trees, "
-          f"which helps most when many features are informative.")
+    print(
+        f"variance: one tree {v[0]:.3f}, bagging {v[1]:.3f}, forest {v[2]:.3f}; error "
+        f"{e[0]:.3f} -> {e[1]:.3f} -> {e[2]:.3f}. Averaging bootstrap trees removes variance "
+        f"(a full tree's bias is already low); random feature subsets decorrelate the trees, "
+        f"which helps most when many features are informative."
+    )
     print(f"({time.perf_counter() - t0:.1f} s)")
 
     from xpml.demos import out_dir, plt_or_none
@@ -121,7 +133,9 @@ def main(argv=None) -> int:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     a.plot(depths, [r[1] for r in rows], marker="o", label="train error")
     a.plot(depths, [r[2] for r in rows], marker="o", label="test error")
-    a.axhline(after[1], color="green", ls="--", label=f"full tree pruned ({after[2]} leaves)")
+    a.axhline(
+        after[1], color="green", ls="--", label=f"full tree pruned ({after[2]} leaves)"
+    )
     a.axhline(before[1], color="red", ls=":", label=f"full tree ({before[2]} leaves)")
     a.axhline(0.15, color="grey", lw=0.8, label="label noise")
     a.set_xlabel("max_depth")

@@ -8,5 +8,10 @@ from xpml.ensemble._bagging import (
 )
 from xpml.ensemble._weight_boosting import AdaBoostClassifier
 
-__all__ = ["AdaBoostClassifier", "BaggingClassifier", "BaggingRegressor",
-           "RandomForestClassifier", "RandomForestRegressor"]
+__all__ = [
+    "AdaBoostClassifier",
+    "BaggingClassifier",
+    "BaggingRegressor",
+    "RandomForestClassifier",
+    "RandomForestRegressor",
+]

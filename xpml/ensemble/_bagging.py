@@ -18,8 +18,12 @@ from xpml.tree._grow import grow
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_random_state, decode_labels
 
-__all__ = ["BaggingClassifier", "BaggingRegressor", "RandomForestClassifier",
-           "RandomForestRegressor"]
+__all__ = [
+    "BaggingClassifier",
+    "BaggingRegressor",
+    "RandomForestClassifier",
+    "RandomForestRegressor",
+]
 
 _GROUP = 25  # trees grown together in one level-wise pass
 
@@ -45,7 +49,9 @@ def _full_proba(est, X, K, ctx):
         P = est.predict_proba(X)
     else:
         pred = xp.astype(est.predict(X), xp.int64)
-        P = xp.astype(pred[:, None] == xp.arange(len(cls), device=ctx.device)[None, :], X.dtype)
+        P = xp.astype(
+            pred[:, None] == xp.arange(len(cls), device=ctx.device)[None, :], X.dtype
+        )
         cls = np.arange(K)
     M = np.zeros((len(cls), K))
     M[np.arange(len(cls)), cls] = 1.0
@@ -71,8 +77,10 @@ class _BaseBagging(BaseEstimator):
         if isinstance(ms, float):
             return max(1, int(ms * n))
         if ms > n:
-            raise ValueError(f"max_samples={ms} is larger than the number of samples ({n}); "
-                             f"it must be an int in [1, n_samples] or a fraction in (0, 1]")
+            raise ValueError(
+                f"max_samples={ms} is larger than the number of samples ({n}); "
+                f"it must be an int in [1, n_samples] or a fraction in (0, 1]"
+            )
         return int(ms)
 
     def fit(self, X, y, sample_weight=None):
@@ -82,11 +90,14 @@ class _BaseBagging(BaseEstimator):
         ``sample_weight · (number of times the point was drawn)``.
         """
         clf = isinstance(self, ClassifierMixin)
-        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight,
-                                                target="classes" if clf else "continuous")
+        ctx, X, y, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes" if clf else "continuous"
+        )
         if self.oob_score and not self.bootstrap:
-            raise ValueError("oob_score=True needs bootstrap=True (without bootstrap there are "
-                             "no out-of-bag samples)")
+            raise ValueError(
+                "oob_score=True needs bootstrap=True (without bootstrap there are "
+                "no out-of-bag samples)"
+            )
         xp = ctx.xp
         n, d = int(X.shape[0]), int(X.shape[1])
         K = int(self.classes_.shape[0]) if clf else 0
@@ -108,12 +119,27 @@ class _BaseBagging(BaseEstimator):
                 nz = [np.nonzero(row)[0] for row in c]
                 ids = xp.asarray(np.concatenate(nz), device=ctx.device)
                 mult = np.concatenate([row[z] for row, z in zip(c, nz)])
-                w = xp.take(sw, ids) * xp.asarray(mult, dtype=sw.dtype, device=ctx.device)
-                return grow(X, y, ids, w, np.asarray([len(z) for z in nz]), params, xp=xp,
-                            rngs=[r for _, r in draws[a:b]])
+                w = xp.take(sw, ids) * xp.asarray(
+                    mult, dtype=sw.dtype, device=ctx.device
+                )
+                return grow(
+                    X,
+                    y,
+                    ids,
+                    w,
+                    np.asarray([len(z) for z in nz]),
+                    params,
+                    xp=xp,
+                    rngs=[r for _, r in draws[a:b]],
+                )
 
-            res = parallel_map(work, groups, n_jobs=self.n_jobs, progress=bar,
-                               weights=[b - a for a, b in groups])
+            res = parallel_map(
+                work,
+                groups,
+                n_jobs=self.n_jobs,
+                progress=bar,
+                weights=[b - a for a, b in groups],
+            )
             members = []
             for t, tree in enumerate(tr for group in res for tr in group):
                 est = clone(template).set_params(random_state=int(seeds[t]))
@@ -123,6 +149,7 @@ class _BaseBagging(BaseEstimator):
                 est._set_tree(tree, ctx, X.dtype)
                 members.append(est)
         else:
+
             def work(t):
                 est = clone(template)
                 if "random_state" in est.get_params(deep=False):
@@ -130,13 +157,17 @@ class _BaseBagging(BaseEstimator):
                 w = sw * xp.asarray(counts[t], dtype=sw.dtype, device=ctx.device)
                 return est.fit(X, y, sample_weight=w)
 
-            members = parallel_map(work, list(range(T)), n_jobs=self.n_jobs, progress=bar)
+            members = parallel_map(
+                work, list(range(T)), n_jobs=self.n_jobs, progress=bar
+            )
         if bar is not None:
             bar.close()
         self.estimators_ = members
         if isinstance(template, _BaseDecisionTree):
             imp = sum(to_numpy(m.feature_importances_) for m in members) / T
-            self.feature_importances_ = xp.asarray(imp, dtype=X.dtype, device=ctx.device)
+            self.feature_importances_ = xp.asarray(
+                imp, dtype=X.dtype, device=ctx.device
+            )
         if self.oob_score:
             self._set_oob(X, y, counts == 0, ctx, K)
         return self._fitted(ctx)
@@ -152,8 +183,11 @@ class _BaseBagging(BaseEstimator):
         if all(isinstance(m, _BaseDecisionTree) for m in members):
             for a, rows in stacked_leaves(members, X, ctx):
                 if mask is not None:
-                    mk = xp.asarray(mask[a:a + int(rows.shape[0])], dtype=rows.dtype,
-                                    device=ctx.device)
+                    mk = xp.asarray(
+                        mask[a : a + int(rows.shape[0])],
+                        dtype=rows.dtype,
+                        device=ctx.device,
+                    )
                     rows = rows * (mk[:, :, None] if len(rows.shape) == 3 else mk)
                 s = xp.sum(rows, axis=0)
                 total = s if total is None else total + s
@@ -178,8 +212,9 @@ class _BaseBagging(BaseEstimator):
             P = total / cnt[:, None] + nan[:, None]
             hit = xp.astype(xp.argmax(total, axis=1) == y, X.dtype)
             self.oob_decision_function_ = P
-            self.oob_score_ = float(xp.sum(xp.where(hd, hit, xp.zeros_like(hit)))) / max(
-                1, int(has.sum()))
+            self.oob_score_ = float(
+                xp.sum(xp.where(hd, hit, xp.zeros_like(hit)))
+            ) / max(1, int(has.sum()))
         else:
             pred = total / cnt + nan
             yh = y[hd]
@@ -240,17 +275,32 @@ class _Bagging(_BaseBagging):
     _parameter_constraints = {
         **_BaseBagging._base_constraints,
         "estimator": [None, BaseEstimator],
-        "max_samples": [Interval(Integral, 1, None, closed="left"),
-                        Interval(float, 0.0, 1.0, closed="right"), None],
+        "max_samples": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+            None,
+        ],
     }
-    _xpml_tags = {"test_params": {"n_estimators": 5, "random_state": 0}, "sklearn_xfail": {
-        "check_sample_weight_equivalence_on_dense_data":
-            "bootstrap draws index the rows, so repeated rows are drawn differently from "
+    _xpml_tags = {
+        "test_params": {"n_estimators": 5, "random_state": 0},
+        "sklearn_xfail": {
+            "check_sample_weight_equivalence_on_dense_data": "bootstrap draws index the rows, so repeated rows are drawn differently from "
             "integer weights",
-    }}
+        },
+    }
 
-    def __init__(self, estimator=None, *, n_estimators=10, max_samples=1.0, bootstrap=True,
-                 oob_score=False, n_jobs=None, random_state=None, progress=False):
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        n_estimators=10,
+        max_samples=1.0,
+        bootstrap=True,
+        oob_score=False,
+        n_jobs=None,
+        random_state=None,
+        progress=False,
+    ):
         self.estimator = estimator
         self.n_estimators = n_estimators
         self.max_samples = max_samples
@@ -262,7 +312,8 @@ class _Bagging(_BaseBagging):
 
 
 class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
-    __doc__ = """Bootstrap aggregation of classifiers (default: full decision trees).
+    __doc__ = (
+        """Bootstrap aggregation of classifiers (default: full decision trees).
 
     Each member is fitted on the whole training set with the bootstrap counts
     as sample weights (a point drawn twice weighs 2, one never drawn weighs 0);
@@ -272,7 +323,9 @@ class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
     ----------
     estimator : xpml classifier accepting ``sample_weight``, default=None
         None: :class:`~xpml.tree.DecisionTreeClassifier` (trees are grown all
-        together, level by level).""" + _BAGGING_DOC_PARAMS + """
+        together, level by level)."""
+        + _BAGGING_DOC_PARAMS
+        + """
     Attributes
     ----------
     estimators_ : list of fitted members
@@ -294,18 +347,22 @@ class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
     >>> bool(bag.oob_score_ > 0.85), bag.predict(np.array([[2.0, 2.0]])).tolist()
     (True, [1])
     """
+    )
 
     def _template(self):
         return DecisionTreeClassifier() if self.estimator is None else self.estimator
 
 
 class BaggingRegressor(_BaggingRegressorMixin, _Bagging):
-    __doc__ = """Bootstrap aggregation of regressors (default: full regression trees).
+    __doc__ = (
+        """Bootstrap aggregation of regressors (default: full regression trees).
 
     Parameters
     ----------
     estimator : xpml regressor accepting ``sample_weight``, default=None
-        None: :class:`~xpml.tree.DecisionTreeRegressor`.""" + _BAGGING_DOC_PARAMS + """
+        None: :class:`~xpml.tree.DecisionTreeRegressor`."""
+        + _BAGGING_DOC_PARAMS
+        + """
     Attributes
     ----------
     estimators_ : list of fitted members
@@ -325,13 +382,20 @@ class BaggingRegressor(_BaggingRegressorMixin, _Bagging):
     >>> bool(abs(reg.predict(np.array([[1.0]]))[0] - np.sin(1.0)) < 0.1)
     True
     """
+    )
 
     def _template(self):
         return DecisionTreeRegressor() if self.estimator is None else self.estimator
 
 
-_FOREST_TREE_PARAMS = ("criterion", "max_depth", "min_samples_split", "min_samples_leaf",
-                       "min_impurity_decrease", "max_features")
+_FOREST_TREE_PARAMS = (
+    "criterion",
+    "max_depth",
+    "min_samples_split",
+    "min_samples_leaf",
+    "min_impurity_decrease",
+    "max_features",
+)
 
 _FOREST_DOC_PARAMS = """
     max_depth, min_samples_split, min_samples_leaf, min_impurity_decrease
@@ -352,7 +416,8 @@ _FOREST_DOC_PARAMS = """
 
 
 class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
-    __doc__ = """Random forest: bagged trees with a fresh random feature subset at every node.
+    __doc__ = (
+        """Random forest: bagged trees with a fresh random feature subset at every node.
 
     Trees are grown together, level by level (see :mod:`xpml.tree._grow`), in
     groups of 25; each node searches ``max_features`` features drawn afresh
@@ -363,7 +428,9 @@ class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
     n_estimators : int, default=100
     criterion : {"gini", "entropy"}, default="gini"
     max_features : int, float, {"sqrt", "log2"} or None, default="sqrt"
-        Features per node: ``√d`` by default.""" + _FOREST_DOC_PARAMS + """
+        Features per node: ``√d`` by default."""
+        + _FOREST_DOC_PARAMS
+        + """
     Attributes
     ----------
     estimators_ : list of DecisionTreeClassifier
@@ -386,20 +453,40 @@ class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
     >>> float(rf.score(X, y))
     1.0
     """
+    )
 
     _parameter_constraints = {
         **_BaseBagging._base_constraints,
-        **{k: v for k, v in DecisionTreeClassifier._parameter_constraints.items()
-           if k in _FOREST_TREE_PARAMS},
-        "max_samples": [Interval(Integral, 1, None, closed="left"),
-                        Interval(float, 0.0, 1.0, closed="right"), None],
+        **{
+            k: v
+            for k, v in DecisionTreeClassifier._parameter_constraints.items()
+            if k in _FOREST_TREE_PARAMS
+        },
+        "max_samples": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+            None,
+        ],
     }
     _xpml_tags = BaggingClassifier._xpml_tags
 
-    def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_impurity_decrease=0.0,
-                 max_features="sqrt", bootstrap=True, oob_score=False, max_samples=None,
-                 n_jobs=None, random_state=None, progress=False):
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="gini",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_impurity_decrease=0.0,
+        max_features="sqrt",
+        bootstrap=True,
+        oob_score=False,
+        max_samples=None,
+        n_jobs=None,
+        random_state=None,
+        progress=False,
+    ):
         self.n_estimators = n_estimators
         self.criterion = criterion
         self.max_depth = max_depth
@@ -415,19 +502,23 @@ class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
         self.progress = progress
 
     def _template(self):
-        return DecisionTreeClassifier(**{k: getattr(self, k) for k in _FOREST_TREE_PARAMS})
+        return DecisionTreeClassifier(
+            **{k: getattr(self, k) for k in _FOREST_TREE_PARAMS}
+        )
 
 
 class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
-    __doc__ = """Random forest of regression trees (fresh feature subset at every node).
+    __doc__ = (
+        """Random forest of regression trees (fresh feature subset at every node).
 
     Parameters
     ----------
     n_estimators : int, default=100
     criterion : {"squared_error", "variance"}, default="squared_error"
     max_features : int, float, {"sqrt", "log2"} or None, default=1/3
-        Features per node: ``d/3`` by default (Breiman's rule for regression).""" + \
-        _FOREST_DOC_PARAMS + """
+        Features per node: ``d/3`` by default (Breiman's rule for regression)."""
+        + _FOREST_DOC_PARAMS
+        + """
     Attributes
     ----------
     estimators_ : list of DecisionTreeRegressor
@@ -445,20 +536,40 @@ class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
     >>> bool(rf.score(X, y) > 0.9)
     True
     """
+    )
 
     _parameter_constraints = {
         **_BaseBagging._base_constraints,
-        **{k: v for k, v in DecisionTreeRegressor._parameter_constraints.items()
-           if k in _FOREST_TREE_PARAMS},
-        "max_samples": [Interval(Integral, 1, None, closed="left"),
-                        Interval(float, 0.0, 1.0, closed="right"), None],
+        **{
+            k: v
+            for k, v in DecisionTreeRegressor._parameter_constraints.items()
+            if k in _FOREST_TREE_PARAMS
+        },
+        "max_samples": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+            None,
+        ],
     }
     _xpml_tags = BaggingRegressor._xpml_tags
 
-    def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_impurity_decrease=0.0,
-                 max_features=1.0 / 3.0, bootstrap=True, oob_score=False, max_samples=None,
-                 n_jobs=None, random_state=None, progress=False):
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_impurity_decrease=0.0,
+        max_features=1.0 / 3.0,
+        bootstrap=True,
+        oob_score=False,
+        max_samples=None,
+        n_jobs=None,
+        random_state=None,
+        progress=False,
+    ):
         self.n_estimators = n_estimators
         self.criterion = criterion
         self.max_depth = max_depth
@@ -474,5 +585,6 @@ class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
         self.progress = progress
 
     def _template(self):
-        return DecisionTreeRegressor(**{k: getattr(self, k) for k in _FOREST_TREE_PARAMS})
-
+        return DecisionTreeRegressor(
+            **{k: getattr(self, k) for k in _FOREST_TREE_PARAMS}
+        )

@@ -33,7 +33,8 @@ def parallel_map(fn, tasks, *, n_jobs=None, progress=None, weights=None):
                 progress.update(w)
         return out
     gen = Parallel(n_jobs=workers, prefer="threads", return_as="generator")(
-        delayed(fn)(t) for t in tasks)
+        delayed(fn)(t) for t in tasks
+    )
     out = []
     for r, w in zip(gen, weights):
         out.append(r)
@@ -82,7 +83,7 @@ def stacked_leaves(trees, X, ctx, *, max_elements=1 << 19):
         k = int(v0.shape[1])
     per_chunk = max(1, max_elements // max(1, n * k))
     for a in range(0, len(trees), per_chunk):
-        chunk = trees[a:a + per_chunk]
+        chunk = trees[a : a + per_chunk]
         sizes = np.asarray([t.node_count_ for t in chunk])
         offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         feat = xp.concat([ctx.take(t.tree_feature_) for t in chunk])
@@ -95,8 +96,9 @@ def stacked_leaves(trees, X, ctx, *, max_elements=1 << 19):
             rights.append(xp.where(c_r >= 0, c_r + int(o), c_r))
         roots = xp.asarray(offs, dtype=feat.dtype, device=ctx.device)
         depth = max(t.max_depth_ for t in chunk)
-        leaves = route(X, feat, thr, xp.concat(lefts), xp.concat(rights), depth, xp=xp,
-                       roots=roots)
+        leaves = route(
+            X, feat, thr, xp.concat(lefts), xp.concat(rights), depth, xp=xp, roots=roots
+        )
         rows = xp.take(val, xp.reshape(leaves, (-1,)), axis=0)
         shape = (len(chunk), n) + tuple(rows.shape[1:])
         yield a, xp.reshape(rows, shape)

@@ -107,14 +107,23 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
         "progress": ["boolean"],
     }
-    _xpml_tags = {"test_params": {"n_estimators": 10}, "sklearn_xfail": {
-        "check_sample_weight_equivalence_on_dense_data":
-            "boosting weights are real numbers: weighted and repeated rows sum them in "
+    _xpml_tags = {
+        "test_params": {"n_estimators": 10},
+        "sklearn_xfail": {
+            "check_sample_weight_equivalence_on_dense_data": "boosting weights are real numbers: weighted and repeated rows sum them in "
             "different orders, which can break exact ties between stumps differently",
-    }}
+        },
+    }
 
-    def __init__(self, estimator=None, *, n_estimators=50, learning_rate=1.0, random_state=None,
-                 progress=False):
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        n_estimators=50,
+        learning_rate=1.0,
+        random_state=None,
+        progress=False,
+    ):
         self.estimator = estimator
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -126,10 +135,14 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
         xp = ctx.xp
         K = int(self.classes_.shape[0])
-        template = DecisionTreeClassifier(max_depth=1) if self.estimator is None \
+        template = (
+            DecisionTreeClassifier(max_depth=1)
+            if self.estimator is None
             else self.estimator
-        seeds = check_random_state(self.random_state).integers(0, 2**31 - 1,
-                                                               size=self.n_estimators)
+        )
+        seeds = check_random_state(self.random_state).integers(
+            0, 2**31 - 1, size=self.n_estimators
+        )
         w = sw / xp.sum(sw)
         members, betas, errors = [], [], []
         bar = progress_bar(self.progress, self.n_estimators, type(self).__name__)
@@ -153,11 +166,14 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
                     raise ValueError(
                         f"the first weak learner has weighted training error {err:.4f} >= "
                         f"{chance:.4f} (1 - 1/K, chance level), so AdaBoost cannot start; "
-                        f"use a stronger estimator")
+                        f"use a stronger estimator"
+                    )
                 break
             perfect = err <= 0.0
             e = _PERFECT_ERR if perfect else err
-            beta = self.learning_rate * 0.5 * (math.log((1.0 - e) / e) + math.log(K - 1.0))
+            beta = (
+                self.learning_rate * 0.5 * (math.log((1.0 - e) / e) + math.log(K - 1.0))
+            )
             members.append(m)
             betas.append(beta)
             errors.append(err)
@@ -169,8 +185,12 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         if bar is not None:
             bar.close()
         self.estimators_ = members
-        self.estimator_weights_ = xp.asarray(np.asarray(betas), dtype=X.dtype, device=ctx.device)
-        self.estimator_errors_ = xp.asarray(np.asarray(errors), dtype=X.dtype, device=ctx.device)
+        self.estimator_weights_ = xp.asarray(
+            np.asarray(betas), dtype=X.dtype, device=ctx.device
+        )
+        self.estimator_errors_ = xp.asarray(
+            np.asarray(errors), dtype=X.dtype, device=ctx.device
+        )
         return self._fitted(ctx)
 
     # ------------------------------------------------------------ predict
@@ -211,7 +231,9 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
     def predict(self, X):
         """The class with the largest weighted vote."""
         ctx, X = self._validate_predict_data(X)
-        return decode_labels(self.classes_, ctx.xp.argmax(self._votes(ctx, X), axis=1), ctx)
+        return decode_labels(
+            self.classes_, ctx.xp.argmax(self._votes(ctx, X), axis=1), ctx
+        )
 
     def predict_proba(self, X):
         """scikit-learn's SAMME probabilities: softmax of the votes / (K − 1)."""
@@ -240,5 +262,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         from xpml._backend import to_numpy
 
         b = self._betas_host()
-        imp = sum(bi * to_numpy(m.feature_importances_) for bi, m in zip(b, self.estimators_))
+        imp = sum(
+            bi * to_numpy(m.feature_importances_) for bi, m in zip(b, self.estimators_)
+        )
         return imp / b.sum()

@@ -8,5 +8,12 @@ from xpml.linear_model._logistic import LogisticRegression
 from xpml.linear_model._perceptron import Perceptron
 from xpml.linear_model._ridge import Ridge
 
-__all__ = ["LinearRegression", "Ridge", "Lasso", "lasso_path", "LogisticRegression",
-           "Perceptron", "SequentialFeatureSelector"]
+__all__ = [
+    "LinearRegression",
+    "Ridge",
+    "Lasso",
+    "lasso_path",
+    "LogisticRegression",
+    "Perceptron",
+    "SequentialFeatureSelector",
+]

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from array_api_compat import device as _device
 
-__all__ = ["LinearClassifierMixin", "center_data", "pinv_solve", "spd_solve", "psd_lstsq", "block_rows", "sigmoid", "log_sigmoid",
-           "logsumexp", "softmax"]
+__all__ = [
+    "LinearClassifierMixin",
+    "center_data",
+    "pinv_solve",
+    "spd_solve",
+    "psd_lstsq",
+    "block_rows",
+    "sigmoid",
+    "log_sigmoid",
+    "logsumexp",
+    "softmax",
+]
 
 
 def block_rows(X, /, *, xp):
@@ -36,11 +46,15 @@ def center_data(X, y, sample_weight, /, *, xp, fit_intercept, scale=True):
     w = sample_weight
     if fit_intercept:
         wsum = xp.sum(w)
-        X_offset = (xp.sum(w[:, None] * X, axis=0) if scale else xp.sum(X, axis=0)) / wsum
+        X_offset = (
+            xp.sum(w[:, None] * X, axis=0) if scale else xp.sum(X, axis=0)
+        ) / wsum
         if len(y.shape) == 1:
             y_offset = (xp.sum(w * y) if scale else xp.sum(y)) / wsum
         else:
-            y_offset = (xp.sum(w[:, None] * y, axis=0) if scale else xp.sum(y, axis=0)) / wsum
+            y_offset = (
+                xp.sum(w[:, None] * y, axis=0) if scale else xp.sum(y, axis=0)
+            ) / wsum
     else:
         X_offset = xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X))
         y_offset = xp.zeros(y.shape[1:], dtype=y.dtype, device=_device(y))
@@ -81,12 +95,15 @@ def spd_solve(A, b, /, *, xp):
     """
     try:
         return xp.linalg.solve(A, b if len(b.shape) == 2 else b[:, None])[
-            (slice(None), slice(None)) if len(b.shape) == 2 else (slice(None), 0)]
+            (slice(None), slice(None)) if len(b.shape) == 2 else (slice(None), 0)
+        ]
     except Exception:  # singular: LinAlgError / torch._C._LinAlgError, backend specific
         lam, V = xp.linalg.eigh(A)
         eps = 2.220446049250313e-16 if A.dtype == xp.float64 else 1.1920929e-07
         keep = lam > (A.shape[0] * eps) * xp.max(xp.abs(lam))
-        inv = xp.where(keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam))
+        inv = xp.where(
+            keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam)
+        )
         Vtb = V.T @ b
         return V @ (inv[:, None] * Vtb if len(b.shape) == 2 else inv * Vtb)
 
@@ -98,7 +115,9 @@ def psd_lstsq(H, g, /, *, xp):
     lam, V = xp.linalg.eigh(H)
     eps = 2.220446049250313e-16 if H.dtype == xp.float64 else 1.1920929e-07
     keep = lam > (H.shape[0] * eps) * xp.max(xp.abs(lam))
-    inv = xp.where(keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam))
+    inv = xp.where(
+        keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam)
+    )
     Vtg = V.T @ g
     return V @ (inv[:, None] * Vtg if len(g.shape) == 2 else inv * Vtg)
 

@@ -76,7 +76,7 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
             coords[j] = new
             dw_max = xp.maximum(dw_max, xp.abs(delta))
             w_max = xp.maximum(w_max, xp.abs(new))
-        dw, wm = float(dw_max), float(w_max)                  # one sync per sweep
+        dw, wm = float(dw_max), float(w_max)  # one sync per sweep
         if wm == 0.0 or dw / wm <= tol or n_iter == max_iter:
             w = xp.stack(coords) if d else w
             gap = float(_duality_gap(X, y, w, R, l1, xp=xp))
@@ -125,18 +125,26 @@ def lasso_path(X, y, *, eps=1e-3, n_alphas=100, alphas=None, max_iter=1000, tol=
     ctx, (X, y) = enter(X, y, names=("X", "y"))
     xp = ctx.xp
     X = check_array(X, xp=xp, name="X", requested=ctx.dtype)
-    y = check_targets(y, xp=xp, name="y", n_samples=int(X.shape[0]), requested=ctx.dtype)
+    y = check_targets(
+        y, xp=xp, name="y", n_samples=int(X.shape[0]), requested=ctx.dtype
+    )
     y = xp.astype(y, X.dtype)
     n, d = X.shape
     if alphas is None:
         a_max = float(xp.max(xp.abs(X.T @ y))) / n
-        grid = np.geomspace(a_max, a_max * eps, int(n_alphas)) if a_max > 0 else np.zeros(n_alphas)
+        grid = (
+            np.geomspace(a_max, a_max * eps, int(n_alphas))
+            if a_max > 0
+            else np.zeros(n_alphas)
+        )
     else:
         grid = np.sort(np.asarray(alphas, dtype=np.float64).ravel())[::-1]
     w = xp.zeros((d,), dtype=X.dtype, device=ctx.device)
     coefs, gaps = [], []
     for a in grid:
-        w, gap, _, _ = _cd_lasso(X, y, w, float(a) * n, xp=xp, max_iter=max_iter, tol=tol)
+        w, gap, _, _ = _cd_lasso(
+            X, y, w, float(a) * n, xp=xp, max_iter=max_iter, tol=tol
+        )
         coefs.append(w)
         gaps.append(gap)
     coefs = xp.stack(coefs, axis=1)
@@ -208,8 +216,15 @@ class Lasso(RegressorMixin, BaseEstimator):
     }
     _xpml_tags = {"multi_output": True}
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=1000, tol=1e-4,
-                 warm_start=False):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        fit_intercept=True,
+        max_iter=1000,
+        tol=1e-4,
+        warm_start=False,
+    ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.max_iter = max_iter
@@ -224,28 +239,39 @@ class Lasso(RegressorMixin, BaseEstimator):
         n, d = X.shape
         if weighted:  # scikit-learn rescales the weights to sum to n
             sw = sw * (n / xp.sum(sw))
-        Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp, fit_intercept=self.fit_intercept,
-                                              scale=weighted)
+        Xs, ys, x_off, y_off, _ = center_data(
+            X, y, sw, xp=xp, fit_intercept=self.fit_intercept, scale=weighted
+        )
         targets = [ys] if len(y.shape) == 1 else [ys[:, t] for t in range(y.shape[1])]
         prev = getattr(self, "coef_", None) if self.warm_start else None
         coefs, gaps, iters = [], [], []
         for t, yt in enumerate(targets):
             w0 = xp.zeros((d,), dtype=X.dtype, device=ctx.device)
-            if prev is not None and tuple(prev.shape) == ((d,) if len(y.shape) == 1
-                                                          else (len(targets), d)):
+            if prev is not None and tuple(prev.shape) == (
+                (d,) if len(y.shape) == 1 else (len(targets), d)
+            ):
                 prev_t = ctx.take(prev)
                 w0 = xp.astype(prev_t if len(y.shape) == 1 else prev_t[t, :], X.dtype)
-            w, gap, n_iter, tol_scaled = _cd_lasso(Xs, yt, w0, float(self.alpha) * n, xp=xp,
-                                                   max_iter=self.max_iter, tol=self.tol)
+            w, gap, n_iter, tol_scaled = _cd_lasso(
+                Xs,
+                yt,
+                w0,
+                float(self.alpha) * n,
+                xp=xp,
+                max_iter=self.max_iter,
+                tol=self.tol,
+            )
             if gap > tol_scaled:
                 warnings.warn(
                     f"Lasso did not converge in max_iter={self.max_iter} sweeps: duality gap "
                     f"{gap:.3g} > tolerance {tol_scaled:.3g}; increase max_iter or tol",
-                    ConvergenceWarning, stacklevel=2)
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
             coefs.append(w)
             gaps.append(gap)
             iters.append(n_iter)
-        W = coefs[0] if len(y.shape) == 1 else xp.stack(coefs, axis=0)      # (d,) or (t, d)
+        W = coefs[0] if len(y.shape) == 1 else xp.stack(coefs, axis=0)  # (d,) or (t, d)
         self.coef_ = W
         self.intercept_ = y_off - (x_off @ W if len(y.shape) == 1 else W @ x_off)
         self.n_iter_ = int(max(iters))
@@ -256,4 +282,6 @@ class Lasso(RegressorMixin, BaseEstimator):
         """``X w + b``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
         W = ctx.take(self.coef_)
-        return ctx.out((X @ W if len(W.shape) == 1 else X @ W.T) + ctx.take(self.intercept_))
+        return ctx.out(
+            (X @ W if len(W.shape) == 1 else X @ W.T) + ctx.take(self.intercept_)
+        )

@@ -19,8 +19,11 @@ __all__ = ["SequentialFeatureSelector"]
 
 def _columns(X, idx, /, *, xp):
     """Columns ``idx`` (host ints) of ``X``, in ``X``'s library."""
-    return xp.take(X, xp.asarray(np.asarray(idx, dtype=np.int64),
-                                 device=array_api_compat.device(X)), axis=1)
+    return xp.take(
+        X,
+        xp.asarray(np.asarray(idx, dtype=np.int64), device=array_api_compat.device(X)),
+        axis=1,
+    )
 
 
 class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
@@ -67,19 +70,35 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "cv": [Interval(Integral, 2, None)],                  # or a splitter (see below)
+        "cv": [Interval(Integral, 2, None)],  # or a splitter (see below)
         "direction": [Options("forward", "backward")],
-        "n_features_to_select": [Options("auto"), Interval(Integral, 1, None),
-                                 Interval(Real, 0, 1, closed="neither")],
+        "n_features_to_select": [
+            Options("auto"),
+            Interval(Integral, 1, None),
+            Interval(Real, 0, 1, closed="neither"),
+        ],
         "scoring": [None, str, callable],
         "tol": [None, Real],
     }
-    _xpml_tags = {"data": "regression",
-                  "test_params": {"estimator": _Ridge(alpha=1.0), "n_features_to_select": 2,
-                                  "cv": 2}}
+    _xpml_tags = {
+        "data": "regression",
+        "test_params": {
+            "estimator": _Ridge(alpha=1.0),
+            "n_features_to_select": 2,
+            "cv": 2,
+        },
+    }
 
-    def __init__(self, estimator=None, *, n_features_to_select="auto", tol=None,
-                 direction="forward", scoring=None, cv=5):
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        n_features_to_select="auto",
+        tol=None,
+        direction="forward",
+        scoring=None,
+        cv=5,
+    ):
         self.estimator = estimator
         self.n_features_to_select = n_features_to_select
         self.tol = tol
@@ -97,13 +116,16 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
         if not hasattr(self.estimator, "fit"):
             raise InvalidParameterError(
                 f"The 'estimator' parameter of {type(self).__name__} must be an estimator "
-                f"with a fit method. Got {self.estimator!r} instead.")
+                f"with a fit method. Got {self.estimator!r} instead."
+            )
 
     def fit(self, X, y):
         """Select features greedily; returns self."""
         ctx, X, y, _ = self._validate_fit_data(X, y, target="none")
         if y is None:
-            raise ValueError("SequentialFeatureSelector requires y to be passed, but y is None")
+            raise ValueError(
+                "SequentialFeatureSelector requires y to be passed, but y is None"
+            )
         xp = ctx.xp
         d = int(X.shape[1])
         auto_tol = self.n_features_to_select == "auto" and self.tol is not None
@@ -111,8 +133,10 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
             k = d - 1 if auto_tol else max(d // 2, 1)
         elif isinstance(self.n_features_to_select, Integral):
             if self.n_features_to_select > d:
-                raise ValueError(f"n_features_to_select={self.n_features_to_select} must be at "
-                                 f"most the number of features of X, n_features={d}")
+                raise ValueError(
+                    f"n_features_to_select={self.n_features_to_select} must be at "
+                    f"most the number of features of X, n_features={d}"
+                )
             k = int(self.n_features_to_select)
         else:
             k = max(int(self.n_features_to_select * d), 1)
@@ -126,8 +150,13 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
             results = []
             for j in candidates:
                 cols = sorted(current | {j}) if forward else sorted(current - {j})
-                s = cross_val_score(self.estimator, _columns(X, cols, xp=xp), y,
-                                    cv=self.cv, scoring=self.scoring)
+                s = cross_val_score(
+                    self.estimator,
+                    _columns(X, cols, xp=xp),
+                    y,
+                    cv=self.cv,
+                    scoring=self.scoring,
+                )
                 results.append((float(np.mean(s)), j))
             best, j = max(results, key=lambda t: (t[0], -t[1]))
             if auto_tol and best - best_prev <= self.tol:

@@ -59,7 +59,9 @@ class LinearRegression(RegressorMixin, BaseEstimator):
         """Fit by the pseudo-inverse; returns self."""
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
-        Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp, fit_intercept=self.fit_intercept)
+        Xs, ys, x_off, y_off, _ = center_data(
+            X, y, sw, xp=xp, fit_intercept=self.fit_intercept
+        )
         coef, keep, s = pinv_solve(Xs, ys, xp=xp, rcond=self.rcond)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef

@@ -49,7 +49,9 @@ def _loss(Z, Y, sw, /, *, xp, binary):
         z = Z[:, 0]
         y = Y[:, 0]
         # −[y log σ(z) + (1 − y) log σ(−z)]
-        return -xp.sum(sw * (y * log_sigmoid(z, xp=xp) + (1.0 - y) * log_sigmoid(-z, xp=xp)))
+        return -xp.sum(
+            sw * (y * log_sigmoid(z, xp=xp) + (1.0 - y) * log_sigmoid(-z, xp=xp))
+        )
     lse = logsumexp(Z, xp=xp, axis=1)[:, 0]
     return xp.sum(sw * (lse - xp.sum(Y * Z, axis=1)))
 
@@ -102,7 +104,7 @@ def _binary_newton_system(X, z, y, sw, w, lam, /, *, xp, fit_intercept, rows=Non
         om = swc * s * (1.0 - s)
         G = G + Xc.T @ xp.stack([r, om], axis=1)
         B = xp.sqrt(om)[:, None] * Xc
-        H = H + B.T @ B                    # XᵀΩX as a symmetric rank-k product (BLAS syrk)
+        H = H + B.T @ B  # XᵀΩX as a symmetric rank-k product (BLAS syrk)
         r_sum, o_sum = r_sum + xp.sum(r), o_sum + xp.sum(om)
     gw, Hwb = G[:, 0], G[:, 1]
     if lam:
@@ -110,8 +112,13 @@ def _binary_newton_system(X, z, y, sw, w, lam, /, *, xp, fit_intercept, rows=Non
         H = H + lam * xp.eye(d, dtype=X.dtype, device=dev)
     if not fit_intercept:
         return gw, xp.zeros((1,), dtype=X.dtype, device=dev), H
-    H = xp.concat([xp.concat([o_sum[None, None], Hwb[None, :]], axis=1),
-                   xp.concat([Hwb[:, None], H], axis=1)], axis=0)
+    H = xp.concat(
+        [
+            xp.concat([o_sum[None, None], Hwb[None, :]], axis=1),
+            xp.concat([Hwb[:, None], H], axis=1),
+        ],
+        axis=0,
+    )
     return gw, r_sum[None], H
 
 
@@ -206,9 +213,19 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     }
     _xpml_tags = {"parity_rtol": 1e-7}
 
-    def __init__(self, penalty="l2", *, C=1.0, solver="newton", fit_intercept=True,
-                 max_iter=100, tol=1e-6, learning_rate=None, batch_size=32,
-                 random_state=None):
+    def __init__(
+        self,
+        penalty="l2",
+        *,
+        C=1.0,
+        solver="newton",
+        fit_intercept=True,
+        max_iter=100,
+        tol=1e-6,
+        learning_rate=None,
+        batch_size=32,
+        random_state=None,
+    ):
         self.penalty = penalty
         self.C = C
         self.solver = solver
@@ -222,7 +239,9 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
         """Fit by the chosen solver; returns self."""
-        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         binary = K == 2
@@ -237,18 +256,25 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         b = xp.zeros((m,), dtype=X.dtype, device=dev)
         solve = getattr(self, f"_solve_{self.solver}")
         W, b, n_iter, converged = solve(X, Y, sw, W, b, lam, xp=xp, binary=binary)
-        if not lam and not converged and _separated(_scores(X, W, b, xp=xp), codes, sw,
-                                                    xp=xp, binary=binary):
+        if (
+            not lam
+            and not converged
+            and _separated(_scores(X, W, b, xp=xp), codes, sw, xp=xp, binary=binary)
+        ):
             warnings.warn(
                 f"the training data are linearly separable: without a penalty the weights "
                 f"grow without bound; solver={self.solver!r} stopped after {n_iter} "
                 f"iteration(s). Use penalty='l2' for a finite solution.",
-                SeparableDataWarning, stacklevel=2)
+                SeparableDataWarning,
+                stacklevel=2,
+            )
         elif not converged:
             warnings.warn(
                 f"solver={self.solver!r} did not reach tol={self.tol} in max_iter="
                 f"{self.max_iter} iterations; increase max_iter",
-                ConvergenceWarning, stacklevel=2)
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         self.coef_ = W.T
         self.intercept_ = b
         self.n_iter_ = int(n_iter)
@@ -260,20 +286,23 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         Xa = _augment(X, xp=xp) if self.fit_intercept else X
         G = Xa.T @ (sw[:, None] * Xa)
         top = xp.max(xp.linalg.eigvalsh(G))
-        return (0.25 if binary else 0.5) * float(top) / float(xp.sum(sw)) + lam / float(xp.sum(sw))
+        return (0.25 if binary else 0.5) * float(top) / float(xp.sum(sw)) + lam / float(
+            xp.sum(sw)
+        )
 
     def _solve_newton(self, X, Y, sw, W, b, lam, /, *, xp, binary):
         fi = self.fit_intercept
         total = float(xp.sum(sw))
         codes = xp.astype(Y[:, 0], xp.int64) if binary else xp.argmax(Y, axis=1)
         Xa = None if binary else (_augment(X, xp=xp) if fi else X)
-        Z = _scores(X, W, b, xp=xp)              # kept up to date: one pass over X per step
+        Z = _scores(X, W, b, xp=xp)  # kept up to date: one pass over X per step
         F = float(_loss(Z, Y, sw, xp=xp, binary=binary) + 0.5 * lam * xp.sum(W * W))
         converged, it = False, 0
         for it in range(1, self.max_iter + 1):
             if binary:
-                gW, gb, H = _binary_newton_system(X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam,
-                                                  xp=xp, fit_intercept=fi)
+                gW, gb, H = _binary_newton_system(
+                    X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam, xp=xp, fit_intercept=fi
+                )
                 gW = gW[:, None]
             else:
                 P = softmax(Z, xp=xp, axis=1)
@@ -324,13 +353,14 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         if lam:
             pen = xp.ones((p,), dtype=Xa.dtype, device=_device(Xa)) * lam
             if fi:
-                pen = xp.concat([xp.zeros((1,), dtype=Xa.dtype, device=_device(Xa)),
-                                 pen[1:]])
+                pen = xp.concat(
+                    [xp.zeros((1,), dtype=Xa.dtype, device=_device(Xa)), pen[1:]]
+                )
             H = H + _diag(xp.concat([pen] * K), xp)
-        G = xp.concat([gb[None, :], gW], axis=0) if fi else gW                 # (p, K)
-        g = xp.reshape(G.T, (-1,))                                              # class-major
+        G = xp.concat([gb[None, :], gW], axis=0) if fi else gW  # (p, K)
+        g = xp.reshape(G.T, (-1,))  # class-major
         e = -psd_lstsq(H, g, xp=xp)
-        E = xp.reshape(e, (K, p)).T                                             # (p, K)
+        E = xp.reshape(e, (K, p)).T  # (p, K)
         if fi:
             return E[1:, :], E[0, :]
         return E, xp.zeros_like(gb)
@@ -338,12 +368,16 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     def _solve_gd(self, X, Y, sw, W, b, lam, /, *, xp, binary):
         fi = self.fit_intercept
         total = float(xp.sum(sw))
-        lr = self.learning_rate or 1.0 / self._lipschitz(X, sw, lam, xp=xp, binary=binary)
+        lr = self.learning_rate or 1.0 / self._lipschitz(
+            X, sw, lam, xp=xp, binary=binary
+        )
         eta = lr / total
         converged, it = False, 0
         for it in range(1, self.max_iter + 1):
-            gW, gb, _ = _gradient(X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi)
-            if it % 10 == 1 or it == self.max_iter:          # sync every 10 steps only
+            gW, gb, _ = _gradient(
+                X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi
+            )
+            if it % 10 == 1 or it == self.max_iter:  # sync every 10 steps only
                 gmax = xp.max(xp.abs(gW))
                 if fi:
                     gmax = xp.maximum(gmax, xp.max(xp.abs(gb)))
@@ -359,7 +393,9 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         fi = self.fit_intercept
         n = X.shape[0]
         total = float(xp.sum(sw))
-        lr0 = self.learning_rate or 1.0 / self._lipschitz(X, sw, lam, xp=xp, binary=binary)
+        lr0 = self.learning_rate or 1.0 / self._lipschitz(
+            X, sw, lam, xp=xp, binary=binary
+        )
         rng = check_random_state(self.random_state)
         dev = _device(X)
         bs = min(int(self.batch_size), n)
@@ -369,12 +405,17 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             lr = lr0 / (1.0 + epoch - 1) ** 0.5
             W_old, b_old = W, b
             for start in range(0, n, bs):
-                idx = perm[start:min(start + bs, n)]
-                Xb, Yb, swb = xp.take(X, idx, axis=0), xp.take(Y, idx, axis=0), xp.take(sw, idx)
+                idx = perm[start : min(start + bs, n)]
+                Xb, Yb, swb = (
+                    xp.take(X, idx, axis=0),
+                    xp.take(Y, idx, axis=0),
+                    xp.take(sw, idx),
+                )
                 scale = xp.sum(swb)
                 scale = xp.where(scale > 0, scale, xp.ones_like(scale))
-                gW, gb, _ = _gradient(Xb, Yb, swb, W, b, 0.0, xp=xp, binary=binary,
-                                      fit_intercept=fi)
+                gW, gb, _ = _gradient(
+                    Xb, Yb, swb, W, b, 0.0, xp=xp, binary=binary, fit_intercept=fi
+                )
                 if lam:
                     gW = gW + (lam * scale / total) * W
                 W = W - (lr / scale) * gW
@@ -406,7 +447,9 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         Z = self._decision(X, ctx)
         if Z.shape[1] == 1:
             z = Z[:, 0]
-            return ctx.out(xp.stack([log_sigmoid(-z, xp=xp), log_sigmoid(z, xp=xp)], axis=1))
+            return ctx.out(
+                xp.stack([log_sigmoid(-z, xp=xp), log_sigmoid(z, xp=xp)], axis=1)
+            )
         return ctx.out(Z - logsumexp(Z, xp=xp, axis=1))
 
     def predict(self, X):
@@ -414,7 +457,11 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         Z = self._decision(X, ctx)
-        codes = xp.astype(Z[:, 0] > 0, xp.int64) if Z.shape[1] == 1 else xp.argmax(Z, axis=1)
+        codes = (
+            xp.astype(Z[:, 0] > 0, xp.int64)
+            if Z.shape[1] == 1
+            else xp.argmax(Z, axis=1)
+        )
         return decode_labels(self.classes_, codes, ctx)
 
 

@@ -25,7 +25,7 @@ def _perceptron_pass(X, S, sw, W, b, order, /, *, xp, eta, fit_intercept):
     mistakes = xp.zeros((), dtype=X.dtype, device=_device(X))
     for i in order:
         x, s = X[i, :], S[i, :]
-        miss = xp.astype(s * (x @ W + b) <= 0, X.dtype)               # (m,)
+        miss = xp.astype(s * (x @ W + b) <= 0, X.dtype)  # (m,)
         step = (eta * sw[i]) * miss * s
         W = W + x[:, None] * step[None, :]
         if fit_intercept:
@@ -80,13 +80,23 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
         "shuffle": ["boolean"],
     }
-    _xpml_tags = {"test_params": {"random_state": 0}, "sklearn_xfail": {
-        "check_sample_weight_equivalence_on_dense_data": "online and order dependent: a "
+    _xpml_tags = {
+        "test_params": {"random_state": 0},
+        "sklearn_xfail": {
+            "check_sample_weight_equivalence_on_dense_data": "online and order dependent: a "
             "weight of 2 doubles one step, repeating a row takes two steps at different times",
-    }}
+        },
+    }
 
-    def __init__(self, *, max_iter=20, eta0=1.0, fit_intercept=True, shuffle=True,
-                 random_state=None):
+    def __init__(
+        self,
+        *,
+        max_iter=20,
+        eta0=1.0,
+        fit_intercept=True,
+        shuffle=True,
+        random_state=None,
+    ):
         self.max_iter = max_iter
         self.eta0 = eta0
         self.fit_intercept = fit_intercept
@@ -96,7 +106,9 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     def fit(self, X, y, sample_weight=None):
         """Run up to ``max_iter`` passes; returns self. ``sample_weight`` scales
         each row's step."""
-        ctx, X, codes, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
         xp = ctx.xp
         n, d = X.shape
         K = int(self.classes_.shape[0])
@@ -104,17 +116,31 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         if K == 2:
             S = (xp.astype(codes, X.dtype) * 2.0 - 1.0)[:, None]
         else:
-            S = xp.astype(codes[:, None] == xp.arange(K, device=ctx.device)[None, :],
-                          X.dtype) * 2.0 - 1.0
+            S = (
+                xp.astype(
+                    codes[:, None] == xp.arange(K, device=ctx.device)[None, :], X.dtype
+                )
+                * 2.0
+                - 1.0
+            )
         W = xp.zeros((d, m), dtype=X.dtype, device=ctx.device)
         b = xp.zeros((m,), dtype=X.dtype, device=ctx.device)
         rng = check_random_state(self.random_state)
         it, mistakes = 0, 0
         for it in range(1, self.max_iter + 1):
             order = rng.permutation(n).tolist() if self.shuffle else list(range(n))
-            W, b, miss = _perceptron_pass(X, S, sw, W, b, order, xp=xp, eta=float(self.eta0),
-                                          fit_intercept=self.fit_intercept)
-            mistakes = int(miss)                                   # one sync per pass
+            W, b, miss = _perceptron_pass(
+                X,
+                S,
+                sw,
+                W,
+                b,
+                order,
+                xp=xp,
+                eta=float(self.eta0),
+                fit_intercept=self.fit_intercept,
+            )
+            mistakes = int(miss)  # one sync per pass
             if mistakes == 0:
                 break
         self.coef_ = W.T
@@ -128,5 +154,9 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        codes = xp.astype(Z[:, 0] > 0, xp.int64) if Z.shape[1] == 1 else xp.argmax(Z, axis=1)
+        codes = (
+            xp.astype(Z[:, 0] > 0, xp.int64)
+            if Z.shape[1] == 1
+            else xp.argmax(Z, axis=1)
+        )
         return decode_labels(self.classes_, codes, ctx)

@@ -30,8 +30,10 @@ def _solve_primal(Xs, ys, alpha, /, *, xp):
 def _weighted_means(X, y, sw, /, *, xp, fit_intercept):
     """``(x̄, ȳ)``, weighted when ``sw`` is given; zeros without an intercept."""
     if not fit_intercept:
-        return (xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X)),
-                xp.zeros(tuple(y.shape[1:]), dtype=X.dtype, device=_device(X)))
+        return (
+            xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X)),
+            xp.zeros(tuple(y.shape[1:]), dtype=X.dtype, device=_device(X)),
+        )
     if sw is None:
         return xp.mean(X, axis=0), xp.mean(y, axis=0)
     wsum = xp.sum(sw)
@@ -53,7 +55,7 @@ def _centred_normal_equations(X, y, x_off, y_off, sqrt_w, /, *, xp, rows=None):
         if sqrt_w is not None:
             Xc = Xc * sqrt_w[a:e, None]
             yc = yc * (sqrt_w[a:e] if len(y.shape) == 1 else sqrt_w[a:e, None])
-        G = G + Xc.T @ Xc                                  # symmetric rank-k (BLAS syrk)
+        G = G + Xc.T @ Xc  # symmetric rank-k (BLAS syrk)
         c = c + Xc.T @ yc
     return G, c
 
@@ -140,19 +142,24 @@ class Ridge(RegressorMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
         n, d = X.shape
-        solver = self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
+        solver = (
+            self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
+        )
         alpha = float(self.alpha)
         if solver == "primal":
-            x_off, y_off = _weighted_means(X, y, sw if weighted else None, xp=xp,
-                                           fit_intercept=self.fit_intercept)
-            G, c = _centred_normal_equations(X, y, x_off, y_off,
-                                             xp.sqrt(sw) if weighted else None, xp=xp)
+            x_off, y_off = _weighted_means(
+                X, y, sw if weighted else None, xp=xp, fit_intercept=self.fit_intercept
+            )
+            G, c = _centred_normal_equations(
+                X, y, x_off, y_off, xp.sqrt(sw) if weighted else None, xp=xp
+            )
             if alpha:
                 G = G + alpha * _eye(d, X, xp)
             coef = spd_solve(G, c, xp=xp)
         else:
-            Xs, ys, x_off, y_off, _ = center_data(X, y, sw, xp=xp,
-                                                  fit_intercept=self.fit_intercept, scale=weighted)
+            Xs, ys, x_off, y_off, _ = center_data(
+                X, y, sw, xp=xp, fit_intercept=self.fit_intercept, scale=weighted
+            )
             coef = getattr(self, f"_solve_{solver}")(Xs, ys, alpha, xp=xp)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef

@@ -8,4 +8,9 @@ from xpml.neighbors._classes import (
 )
 from xpml.neighbors._search import recall_at_k
 
-__all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "recall_at_k"]
+__all__ = [
+    "NearestNeighbors",
+    "KNeighborsClassifier",
+    "KNeighborsRegressor",
+    "recall_at_k",
+]

@@ -52,7 +52,9 @@ def _neighbor_weights(dist, weights, /, *, xp):
     weight exactly their zero-distance neighbours, as scikit-learn does), or a
     user callable on the distance array."""
     if weights == "uniform":
-        return xp.ones(dist.shape, dtype=dist.dtype, device=array_api_compat.device(dist))
+        return xp.ones(
+            dist.shape, dtype=dist.dtype, device=array_api_compat.device(dist)
+        )
     if weights == "distance":
         zero = dist == 0
         any_zero = xp.any(zero, axis=1, keepdims=True)
@@ -75,7 +77,8 @@ class _KNeighborsBase(BaseEstimator):
         self._state_fit_X = X
         self._state_tree = (
             build_kd_tree(to_numpy(X), self.leaf_size)
-            if self.algorithm in ("kd_tree", "approx_kd_tree") else None
+            if self.algorithm in ("kd_tree", "approx_kd_tree")
+            else None
         )
 
     def _search(self, ctx, Q, k):
@@ -92,11 +95,16 @@ class _KNeighborsBase(BaseEstimator):
             )
         if self.algorithm in ("kd_tree", "approx_kd_tree"):
             max_leaves = self.max_leaves if self.algorithm == "approx_kd_tree" else None
-            d2, ind = kd_tree_kneighbors(self._state_tree, to_numpy(X), to_numpy(Q), k,
-                                         max_leaves=max_leaves)
-            return (xp.asarray(d2, device=ctx.device), xp.asarray(ind, device=ctx.device))
-        return exhaustive_kneighbors(Q, X, k, xp=xp, X_norms=sq_norms(X, xp=xp),
-                                     memory_budget=self.memory_budget)
+            d2, ind = kd_tree_kneighbors(
+                self._state_tree, to_numpy(X), to_numpy(Q), k, max_leaves=max_leaves
+            )
+            return (
+                xp.asarray(d2, device=ctx.device),
+                xp.asarray(ind, device=ctx.device),
+            )
+        return exhaustive_kneighbors(
+            Q, X, k, xp=xp, X_norms=sq_norms(X, xp=xp), memory_budget=self.memory_budget
+        )
 
     def _kneighbors(self, X, n_neighbors):
         """Validated query; X=None means the training points, each without itself."""
@@ -123,7 +131,11 @@ class _KNeighborsBase(BaseEstimator):
         last = xp.arange(k + 1, device=ctx.device)[None, :] == k
         drop = xp.where(xp.any(own, axis=1, keepdims=True), own, last)
         keep = xp.argsort(xp.astype(drop, xp.int32), axis=1, stable=True)[:, :k]
-        return ctx, xp.take_along_axis(d2, keep, axis=1), xp.take_along_axis(ind, keep, axis=1)
+        return (
+            ctx,
+            xp.take_along_axis(d2, keep, axis=1),
+            xp.take_along_axis(ind, keep, axis=1),
+        )
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """The ``n_neighbors`` nearest training points of each query.
@@ -192,8 +204,15 @@ class NearestNeighbors(_KNeighborsBase):
 
     _xpml_tags = {"data": "unsupervised"}
 
-    def __init__(self, *, n_neighbors=5, algorithm="auto", leaf_size=64, max_leaves=16,
-                 memory_budget=None):
+    def __init__(
+        self,
+        *,
+        n_neighbors=5,
+        algorithm="auto",
+        leaf_size=64,
+        max_leaves=16,
+        memory_budget=None,
+    ):
         self.n_neighbors = n_neighbors
         self.algorithm = algorithm
         self.leaf_size = leaf_size
@@ -215,8 +234,16 @@ class _WeightedKNeighbors(_KNeighborsBase):
         "weights": [Options(*WEIGHTS), callable],
     }
 
-    def __init__(self, *, n_neighbors=5, weights="uniform", algorithm="auto", leaf_size=64,
-                 max_leaves=16, memory_budget=None):
+    def __init__(
+        self,
+        *,
+        n_neighbors=5,
+        weights="uniform",
+        algorithm="auto",
+        leaf_size=64,
+        max_leaves=16,
+        memory_budget=None,
+    ):
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.algorithm = algorithm
@@ -335,4 +362,3 @@ class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
             return ctx.out(xp.sum(w * xp.reshape(Y, ind.shape), axis=1))
         Y = xp.reshape(Y, (ind.shape[0], ind.shape[1], y.shape[1]))
         return ctx.out(xp.sum(w[:, :, None] * Y, axis=1))
-

@@ -62,8 +62,12 @@ __all__ = [
     "recall_at_k",
 ]
 
-_MIN_BLOCK_ROWS = 64  # below this many query rows per block, the training set is split too
-_CPU_BLOCK_BYTES = 64 * 2**20  # NumPy: per thread (measured: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s at n=20k)
+_MIN_BLOCK_ROWS = (
+    64  # below this many query rows per block, the training set is split too
+)
+_CPU_BLOCK_BYTES = (
+    64 * 2**20
+)  # NumPy: per thread (measured: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s at n=20k)
 _MAX_THREADS = 8
 
 
@@ -97,14 +101,20 @@ def _topk_by_partition(D, k, /, *, xp):
     tied = xp.count_nonzero(D <= kth[:, None], axis=1) > k
     if bool(xp.any(tied)):
         rows = xp.nonzero(tied)[0]
-        fixed = xp.astype(_topk_by_sort(xp.take(D, rows, axis=0), k, xp=xp)[1], pos.dtype)
+        fixed = xp.astype(
+            _topk_by_sort(xp.take(D, rows, axis=0), k, xp=xp)[1], pos.dtype
+        )
         rank = xp.cumulative_sum(xp.astype(tied, xp.int64)) - 1
-        row_map = xp.where(tied, b + rank, xp.arange(b, dtype=xp.int64, device=_device(D)))
+        row_map = xp.where(
+            tied, b + rank, xp.arange(b, dtype=xp.int64, device=_device(D))
+        )
         pos = xp.take(xp.concat([pos, fixed], axis=0), row_map, axis=0)
     pos = xp.sort(pos, axis=1)
     vals = xp.take_along_axis(D, pos, axis=1)
     order = xp.argsort(vals, axis=1, stable=True)
-    return xp.take_along_axis(vals, order, axis=1), xp.take_along_axis(pos, order, axis=1)
+    return xp.take_along_axis(vals, order, axis=1), xp.take_along_axis(
+        pos, order, axis=1
+    )
 
 
 def _topk_by_sort(D, k, /, *, xp):
@@ -129,7 +139,7 @@ def _topk_by_threshold(D, k, /, *, xp):
     rem = m - g * s
     mins = xp.min(xp.reshape(D[:, : g * s], (b, g, s)), axis=2)
     if rem:
-        mins = xp.concat([mins, xp.min(D[:, g * s:], axis=1, keepdims=True)], axis=1)
+        mins = xp.concat([mins, xp.min(D[:, g * s :], axis=1, keepdims=True)], axis=1)
     tau = xp.sort(mins, axis=1)[:, k - 1]
     # candidate groups: a (row, group) pair per hit, expanded to its s columns
     rows_g, grp = xp.nonzero(mins[:, :g] <= tau[:, None])
@@ -138,20 +148,35 @@ def _topk_by_threshold(D, k, /, *, xp):
     rows = xp.reshape(xp.broadcast_to(rows_g[:, None], (rows_g.shape[0], s)), (-1,))
     if rem:  # the short last group is always scanned
         tail = xp.arange(g * s, m, dtype=grp.dtype, device=dev)
-        rows = xp.concat([rows, xp.reshape(xp.broadcast_to(
-            xp.arange(b, dtype=grp.dtype, device=dev)[:, None], (b, rem)), (-1,))])
-        cols = xp.concat([cols, xp.reshape(xp.broadcast_to(tail[None, :], (b, rem)), (-1,))])
+        rows = xp.concat(
+            [
+                rows,
+                xp.reshape(
+                    xp.broadcast_to(
+                        xp.arange(b, dtype=grp.dtype, device=dev)[:, None], (b, rem)
+                    ),
+                    (-1,),
+                ),
+            ]
+        )
+        cols = xp.concat(
+            [cols, xp.reshape(xp.broadcast_to(tail[None, :], (b, rem)), (-1,))]
+        )
     vals = xp.take(xp.reshape(D, (-1,)), rows * m + cols)
     keep = xp.nonzero(vals <= xp.take(tau, rows))[0]
     rows, cols, vals = xp.take(rows, keep), xp.take(cols, keep), xp.take(vals, keep)
     order = xp.argsort(cols, stable=True)
     order = xp.take(order, xp.argsort(xp.take(vals, order), stable=True))
     order = xp.take(order, xp.argsort(xp.take(rows, order), stable=True))
-    start = xp.searchsorted(xp.take(rows, order), xp.arange(b, dtype=rows.dtype, device=dev))
+    start = xp.searchsorted(
+        xp.take(rows, order), xp.arange(b, dtype=rows.dtype, device=dev)
+    )
     first_k = start[:, None] + xp.arange(k, dtype=start.dtype, device=dev)[None, :]
     pick = xp.take(order, xp.reshape(first_k, (-1,)))
-    return (xp.reshape(xp.take(vals, pick), (b, k)),
-            xp.reshape(xp.take(cols, pick), (b, k)))
+    return (
+        xp.reshape(xp.take(vals, pick), (b, k)),
+        xp.reshape(xp.take(cols, pick), (b, k)),
+    )
 
 
 TOPK_METHODS = ("auto", "threshold", "partition", "sort")
@@ -181,7 +206,9 @@ def topk_smallest(D, k, /, *, xp, method="auto"):
         if k >= m or m < 16 * k:
             method = "sort"
         else:
-            method = "partition" if array_api_compat.is_torch_namespace(xp) else "threshold"
+            method = (
+                "partition" if array_api_compat.is_torch_namespace(xp) else "threshold"
+            )
     if method == "sort" or k >= m:
         return _topk_by_sort(D, k, xp=xp)
     if method == "threshold":
@@ -195,8 +222,19 @@ def _itemsize(X):
     return 4 if "32" in str(X.dtype) else 8
 
 
-def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, block_cols=None,
-                          memory_budget=None, topk="auto"):
+def exhaustive_kneighbors(
+    Q,
+    X,
+    k,
+    /,
+    *,
+    xp,
+    X_norms=None,
+    block_rows=None,
+    block_cols=None,
+    memory_budget=None,
+    topk="auto",
+):
     """Exact k nearest training rows of each query by tiled exhaustive search.
 
     Parameters
@@ -245,8 +283,14 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
         max_cols = int(budget // (size * 3 * _MIN_BLOCK_ROWS))
         block_cols = n if n <= max_cols else max(max_cols, k)
     block_cols = int(block_cols)
-    rows = block_rows_for(min(block_cols, n), d, size, kernel="linear",
-                          memory_budget=budget, block_rows=block_rows)
+    rows = block_rows_for(
+        min(block_cols, n),
+        d,
+        size,
+        kernel="linear",
+        memory_budget=budget,
+        block_rows=block_rows,
+    )
     col_starts = list(range(0, n, block_cols))
 
     # rank by ‖x‖² − 2q·x (the distance less ‖q‖²): one product per block, no clamp;
@@ -254,7 +298,7 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
     Xf = point_factor(X, xp=xp, Z_norms=X_norms)
 
     def row_block(r0):
-        Qb = Q[r0:min(r0 + rows, n_q), :]
+        Qb = Q[r0 : min(r0 + rows, n_q), :]
         Qa = query_factor(Qb, xp=xp)
         cand_d, cand_i = [], []
         for c0 in col_starts:
@@ -284,8 +328,10 @@ def exhaustive_kneighbors(Q, X, k, /, *, xp, X_norms=None, block_rows=None, bloc
         results = [row_block(r0) for r0 in starts]
     if len(results) == 1:
         return results[0]
-    return (xp.concat([r[0] for r in results], axis=0),
-            xp.concat([r[1] for r in results], axis=0))
+    return (
+        xp.concat([r[0] for r in results], axis=0),
+        xp.concat([r[1] for r in results], axis=0),
+    )
 
 
 def _direct_sq_distances(Q, P, /, *, xp):
@@ -376,9 +422,11 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, chunk_elements=2**22):
     chunk = max(1, chunk_elements // max(1, n_leaves * d))
     limit = n_leaves if max_leaves is None else min(n_leaves, int(max_leaves))
     for q0 in range(0, n_q, chunk):
-        Qc = Q[q0:q0 + chunk]
+        Qc = Q[q0 : q0 + chunk]
         c = Qc.shape[0]
-        gap = np.maximum(lo[None] - Qc[:, None], 0) + np.maximum(Qc[:, None] - hi[None], 0)
+        gap = np.maximum(lo[None] - Qc[:, None], 0) + np.maximum(
+            Qc[:, None] - hi[None], 0
+        )
         bound = np.einsum("clj,clj->cl", gap, gap)
         order = np.argsort(bound, axis=1, kind="stable")
         bound = np.take_along_axis(bound, order, axis=1)
@@ -402,8 +450,8 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, chunk_elements=2**22):
             o = np.lexsort((cand, vals), axis=-1)[:, :k]
             best_d[active] = np.take_along_axis(vals, o, axis=1)
             best_i[active] = np.take_along_axis(cand, o, axis=1)
-        out_d[q0:q0 + c] = best_d
-        out_i[q0:q0 + c] = best_i
+        out_d[q0 : q0 + c] = best_d
+        out_i[q0 : q0 + c] = best_i
     return out_d, out_i
 
 

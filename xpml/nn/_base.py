@@ -30,8 +30,13 @@ def pair(value, name, *, minimum):
     """``value`` as a pair of ints ``(h, w)``; an int is used for both."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (int(value), int(value))
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
+        )
+    ):
         raise ValueError(f"{name} must be an int or a pair of ints; got {value!r}")
     if min(value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {value!r}")
@@ -39,7 +44,9 @@ def pair(value, name, *, minimum):
 
 
 def _is_array(v):
-    return array_api_compat.is_array_api_obj(v) and not isinstance(v, (bool, numbers.Number))
+    return array_api_compat.is_array_api_obj(v) and not isinstance(
+        v, (bool, numbers.Number)
+    )
 
 
 def map_arrays(value, fn):
@@ -58,8 +65,11 @@ def map_arrays(value, fn):
         return tuple(map_arrays(v, fn) for v in value)
     if isinstance(value, Persistable):
         new = copy.copy(value)
-        new.__dict__ = {k: map_arrays(v, fn) for k, v in vars(value).items()
-                        if not k.startswith("_cache")}
+        new.__dict__ = {
+            k: map_arrays(v, fn)
+            for k, v in vars(value).items()
+            if not k.startswith("_cache")
+        }
         return new
     return value
 
@@ -100,15 +110,21 @@ class Layer(Persistable):
             rng = check_random_state(getattr(self, "random_state", None))
         dtype = xp.float64 if dtype is None else dtype
         host = self._init_params(tuple(int(s) for s in input_shape), rng)
-        self.params = {k: xp.asarray(v, dtype=dtype, device=device) for k, v in host.items()}
+        self.params = {
+            k: xp.asarray(v, dtype=dtype, device=device) for k, v in host.items()
+        }
         self.grads = {k: xp.zeros_like(v) for k, v in self.params.items()}
         return self
 
     def _ensure_built(self, X):
         if not self.built:
             xp = array_api_compat.array_namespace(X)
-            self.build(tuple(X.shape[1:]), xp=xp, device=array_api_compat.device(X),
-                       dtype=X.dtype)
+            self.build(
+                tuple(X.shape[1:]),
+                xp=xp,
+                device=array_api_compat.device(X),
+                dtype=X.dtype,
+            )
 
     def train(self, mode=True):
         """Training mode (``mode=False``: evaluation mode); returns self."""

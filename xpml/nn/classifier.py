@@ -24,11 +24,17 @@ def _check_not_continuous(y):
         return
     try:
         host = np.asarray(to_numpy(y))
-    except Exception:   # labels that are not an array: let encode_labels judge them
+    except Exception:  # labels that are not an array: let encode_labels judge them
         return
-    if host.dtype.kind == "f" and np.all(np.isfinite(host)) and np.any(host != np.round(host)):
-        raise ValueError("Unknown label type: continuous. NeuralNetClassifier needs class "
-                         "labels in y; got real values with fractional parts")
+    if (
+        host.dtype.kind == "f"
+        and np.all(np.isfinite(host))
+        and np.any(host != np.round(host))
+    ):
+        raise ValueError(
+            "Unknown label type: continuous. NeuralNetClassifier needs class "
+            "labels in y; got real values with fractional parts"
+        )
 
 
 class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
@@ -102,14 +108,32 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
         "verbose": ["boolean"],
     }
     _xpml_tags = {
-        "test_params": {"hidden_layer_sizes": (16,), "learning_rate": 0.02, "epochs": 25,
-                        "batch_size": 16, "random_state": 0},
+        "test_params": {
+            "hidden_layer_sizes": (16,),
+            "learning_rate": 0.02,
+            "epochs": 25,
+            "batch_size": 16,
+            "random_state": 0,
+        },
     }
 
-    def __init__(self, layers=None, *, hidden_layer_sizes=(64,), input_shape=None,
-                 loss="cross_entropy", optimizer="adam", learning_rate=1e-3, epochs=20,
-                 batch_size=32, shuffle=True, validation_fraction=None, patience=None,
-                 random_state=None, verbose=False):
+    def __init__(
+        self,
+        layers=None,
+        *,
+        hidden_layer_sizes=(64,),
+        input_shape=None,
+        loss="cross_entropy",
+        optimizer="adam",
+        learning_rate=1e-3,
+        epochs=20,
+        batch_size=32,
+        shuffle=True,
+        validation_fraction=None,
+        patience=None,
+        random_state=None,
+        verbose=False,
+    ):
         self.layers = layers
         self.hidden_layer_sizes = hidden_layer_sizes
         self.input_shape = input_shape
@@ -138,8 +162,10 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
             return X
         shape = tuple(int(s) for s in self.input_shape)
         if math.prod(shape) != int(X.shape[1]):
-            raise ValueError(f"input_shape={self.input_shape!r} has {math.prod(shape)} entries "
-                             f"but X has {X.shape[1]} features per row")
+            raise ValueError(
+                f"input_shape={self.input_shape!r} has {math.prod(shape)} entries "
+                f"but X has {X.shape[1]} features per row"
+            )
         return xp.reshape(X, (X.shape[0],) + shape)
 
     def fit(self, X, y):
@@ -149,8 +175,10 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
         xp = ctx.xp
         k = int(self.classes_.shape[0])
         if self.loss == "logistic" and k != 2:
-            raise ValueError(f"loss='logistic' needs exactly 2 classes; y has {k} classes. "
-                             f"Use loss='cross_entropy'.")
+            raise ValueError(
+                f"loss='logistic' needs exactly 2 classes; y has {k} classes. "
+                f"Use loss='cross_entropy'."
+            )
         X = self._reshape(X, xp)
         if self.random_state is None or isinstance(self.random_state, Integral):
             seed = self.random_state
@@ -163,16 +191,33 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
             n = int(X.shape[0])
             n_val = max(1, int(round(self.validation_fraction * n)))
             if n_val >= n:
-                raise ValueError(f"validation_fraction={self.validation_fraction} leaves no "
-                                 f"training samples out of {n}")
-            order = xp.asarray(check_random_state(seed + 1).permutation(n), device=ctx.device)
+                raise ValueError(
+                    f"validation_fraction={self.validation_fraction} leaves no "
+                    f"training samples out of {n}"
+                )
+            order = xp.asarray(
+                check_random_state(seed + 1).permutation(n), device=ctx.device
+            )
             val, train = order[:n_val], order[n_val:]
             validation = (xp.take(X, val, axis=0), xp.take(y, val))
             X, y = xp.take(X, train, axis=0), xp.take(y, train)
-        model = Sequential(self._network(k), loss=self.loss, optimizer=self.optimizer,
-                           learning_rate=self.learning_rate, random_state=seed)
-        model.fit(X, y, epochs=self.epochs, batch_size=self.batch_size, shuffle=self.shuffle,
-                  validation_data=validation, patience=self.patience, verbose=self.verbose)
+        model = Sequential(
+            self._network(k),
+            loss=self.loss,
+            optimizer=self.optimizer,
+            learning_rate=self.learning_rate,
+            random_state=seed,
+        )
+        model.fit(
+            X,
+            y,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            validation_data=validation,
+            patience=self.patience,
+            verbose=self.verbose,
+        )
         if ctx.on_backend:
             for obj in model.layers + [model.optimizer_]:
                 _move_in_place(obj, ctx.out)
@@ -185,10 +230,15 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
     def _logits(self, X, ctx, batch_size=2048):
         xp = ctx.xp
         X = self._reshape(X, xp)
-        model = map_arrays(self.model_, ctx.take)   # a copy: predicting changes nothing here
+        model = map_arrays(
+            self.model_, ctx.take
+        )  # a copy: predicting changes nothing here
         model.eval()
         n = int(X.shape[0])
-        parts = [model.forward(X[i:min(i + batch_size, n), ...]) for i in range(0, n, batch_size)]
+        parts = [
+            model.forward(X[i : min(i + batch_size, n), ...])
+            for i in range(0, n, batch_size)
+        ]
         return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
     def predict_proba(self, X):

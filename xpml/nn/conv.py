@@ -23,8 +23,19 @@ import array_api_extra as xpx
 from xpml.nn._base import Layer, pair
 from xpml.nn.init import get_initialiser
 
-__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "windows", "window_matrix", "contract",
-           "offset_stack", "dilate_pad", "fold", "conv2d", "conv2d_backward"]
+__all__ = [
+    "Conv2D",
+    "MaxPool2D",
+    "AvgPool2D",
+    "windows",
+    "window_matrix",
+    "contract",
+    "offset_stack",
+    "dilate_pad",
+    "fold",
+    "conv2d",
+    "conv2d_backward",
+]
 
 
 # ---------------------------------------------------------------- primitives
@@ -47,11 +58,13 @@ def dilate_pad(X, /, stride, pad_h, pad_w, *, xp, fill=0.0, channels_first=False
     dev = array_api_compat.device(X)
     if channels_first:
         out = xp.full((C, N, Hp, Wp), fill, dtype=X.dtype, device=dev)
-        out = xpx.at(out)[:, :, T:T + Hu:sh, L:L + Wu:sw].set(xp.permute_dims(X, (3, 0, 1, 2)))
+        out = xpx.at(out)[:, :, T : T + Hu : sh, L : L + Wu : sw].set(
+            xp.permute_dims(X, (3, 0, 1, 2))
+        )
         h_axis = 2
     else:
         out = xp.full((N, Hp, Wp, C), fill, dtype=X.dtype, device=dev)
-        out = xpx.at(out)[:, T:T + Hu:sh, L:L + Wu:sw, :].set(X)
+        out = xpx.at(out)[:, T : T + Hu : sh, L : L + Wu : sw, :].set(X)
         h_axis = 1
     if min(t, b, l, r) < 0:
         rows = slice(max(-t, 0), Hp - max(-b, 0))
@@ -71,9 +84,18 @@ def _offset_slices(Xp, kernel, stride, h_axis):
     Hp, Wp = Xp.shape[h_axis], Xp.shape[h_axis + 1]
     Ho, Wo = (Hp - kh) // sh + 1, (Wp - kw) // sw + 1
     lead = (slice(None),) * h_axis
-    return [Xp[lead + (slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw),
-                       Ellipsis)]
-            for i in range(kh) for j in range(kw)], (Ho, Wo)
+    return [
+        Xp[
+            lead
+            + (
+                slice(i, i + sh * (Ho - 1) + 1, sh),
+                slice(j, j + sw * (Wo - 1) + 1, sw),
+                Ellipsis,
+            )
+        ]
+        for i in range(kh)
+        for j in range(kw)
+    ], (Ho, Wo)
 
 
 def window_matrix(Xc, /, kernel, stride, *, xp):
@@ -88,7 +110,9 @@ def window_matrix(Xc, /, kernel, stride, *, xp):
     """
     slices, (Ho, Wo) = _offset_slices(Xc, kernel, stride, 2)
     C, N = Xc.shape[:2]
-    return xp.reshape(xp.stack(slices, axis=0), (kernel[0] * kernel[1] * C, N * Ho * Wo)), (Ho, Wo)
+    return xp.reshape(
+        xp.stack(slices, axis=0), (kernel[0] * kernel[1] * C, N * Ho * Wo)
+    ), (Ho, Wo)
 
 
 def windows(X, /, kernel, stride, padding=(0, 0), *, xp):
@@ -109,7 +133,7 @@ def contract(A, W, /, out_shape, *, xp):
     is what the next layer's window gathering reads fastest.
     """
     K, Co = W.shape[0] * W.shape[1] * W.shape[2], W.shape[3]
-    ZT = xp.reshape(W, (K, Co)).T @ A                       # (C_out, N·H_out·W_out)
+    ZT = xp.reshape(W, (K, Co)).T @ A  # (C_out, N·H_out·W_out)
     return xp.permute_dims(xp.reshape(ZT, (Co,) + tuple(out_shape)), (1, 2, 3, 0))
 
 
@@ -138,15 +162,18 @@ def fold(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
     out = xp.zeros(shape, dtype=cols.dtype, device=array_api_compat.device(cols))
     for i in range(kh):
         for j in range(kw):
-            at = lead + (slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw),
-                         Ellipsis)
+            at = lead + (
+                slice(i, i + sh * (Ho - 1) + 1, sh),
+                slice(j, j + sw * (Wo - 1) + 1, sw),
+                Ellipsis,
+            )
             out = xpx.at(out)[at].add(cols[i * kw + j, ...])
     return out
 
 
 def _crop(Xp, padding):
     ph, pw = padding
-    return Xp[:, ph:Xp.shape[1] - ph, pw:Xp.shape[2] - pw, :]
+    return Xp[:, ph : Xp.shape[1] - ph, pw : Xp.shape[2] - pw, :]
 
 
 def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
@@ -161,8 +188,9 @@ def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
     return (Z if b is None else Z + b), A
 
 
-def conv2d_backward(dZ, A, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp,
-                    input_grad="fold"):
+def conv2d_backward(
+    dZ, A, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp, input_grad="fold"
+):
     """Gradients ``(dX, dW, db)`` of :func:`conv2d` given the upstream ``dZ``.
 
     ``input_grad`` picks how ``dX`` is computed (:data:`INPUT_GRAD`): "correlate"
@@ -171,7 +199,7 @@ def conv2d_backward(dZ, A, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp,
     N, Ho, Wo, Co = dZ.shape
     kh, kw, Ci, _ = W.shape
     dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
-    dW = xp.reshape(A @ dZT.T, W.shape)               # the same windows against dZ
+    dW = xp.reshape(A @ dZT.T, W.shape)  # the same windows against dZ
     db = xp.sum(dZT, axis=1)
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
     return dX, dW, db
@@ -187,7 +215,9 @@ def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp):
     top, left = kh - 1 - ph, kw - 1 - pw
     bottom = H + kh - 1 - top - ((Ho - 1) * sh + 1)
     right = Wd + kw - 1 - left - ((Wo - 1) * sw + 1)
-    dZc = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp, channels_first=True)
+    dZc = dilate_pad(
+        dZ, (sh, sw), (top, bottom), (left, right), xp=xp, channels_first=True
+    )
     A_dZ, _ = window_matrix(dZc, (kh, kw), (1, 1), xp=xp)
     W_rot = xp.permute_dims(xp.flip(W, axis=(0, 1)), (0, 1, 3, 2))
     return contract(A_dZ, W_rot, (N, H, Wd), xp=xp)
@@ -201,8 +231,10 @@ def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
     (H, Wd), (ph, pw) = input_hw, padding
     dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
     cols = xp.reshape(xp.reshape(W, (kh * kw * Ci, Co)) @ dZT, (kh * kw, Ci, N, Ho, Wo))
-    dXc = fold(cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True)
-    return xp.permute_dims(dXc[:, :, ph:ph + H, pw:pw + Wd], (1, 2, 3, 0))
+    dXc = fold(
+        cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True
+    )
+    return xp.permute_dims(dXc[:, :, ph : ph + H, pw : pw + Wd], (1, 2, 3, 0))
 
 
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
@@ -258,8 +290,18 @@ class Conv2D(Layer):
 
     _has_params = True
 
-    def __init__(self, out_channels, kernel_size, stride=1, padding=0, *, in_channels=None,
-                 init="he", input_grad="fold", random_state=None):
+    def __init__(
+        self,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        *,
+        in_channels=None,
+        init="he",
+        input_grad="fold",
+        random_state=None,
+    ):
         super().__init__()
         self.input_grad = input_grad
         self.out_channels = out_channels
@@ -271,29 +313,39 @@ class Conv2D(Layer):
         self.random_state = random_state
 
     def _geometry(self):
-        return (pair(self.kernel_size, "kernel_size", minimum=1),
-                pair(self.stride, "stride", minimum=1),
-                pair(self.padding, "padding", minimum=0))
+        return (
+            pair(self.kernel_size, "kernel_size", minimum=1),
+            pair(self.stride, "stride", minimum=1),
+            pair(self.padding, "padding", minimum=0),
+        )
 
     def _input_grad(self):
         if self.input_grad not in INPUT_GRAD:
-            raise ValueError(f"input_grad must be one of {sorted(INPUT_GRAD)}; got "
-                             f"{self.input_grad!r}")
+            raise ValueError(
+                f"input_grad must be one of {sorted(INPUT_GRAD)}; got "
+                f"{self.input_grad!r}"
+            )
         return self.input_grad
 
     def _init_params(self, input_shape, rng):
         import numpy as np
 
         if len(input_shape) != 3:
-            raise ValueError(f"Conv2D expects NHWC input (n, height, width, channels); got "
-                             f"samples of shape {input_shape}")
+            raise ValueError(
+                f"Conv2D expects NHWC input (n, height, width, channels); got "
+                f"samples of shape {input_shape}"
+            )
         c_in = input_shape[2]
         if self.in_channels is not None and c_in != self.in_channels:
-            raise ValueError(f"Conv2D was given in_channels={self.in_channels} but the input "
-                             f"has {c_in} channels")
+            raise ValueError(
+                f"Conv2D was given in_channels={self.in_channels} but the input "
+                f"has {c_in} channels"
+            )
         (kh, kw), _, _ = self._geometry()
         shape = (kh, kw, c_in, self.out_channels)
-        W = get_initialiser(self.init)(shape, kh * kw * c_in, kh * kw * self.out_channels, rng)
+        W = get_initialiser(self.init)(
+            shape, kh * kw * c_in, kh * kw * self.out_channels, rng
+        )
         return {"W": W, "b": np.zeros(self.out_channels)}
 
     def output_shape(self, input_shape):
@@ -302,12 +354,13 @@ class Conv2D(Layer):
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
     def forward(self, X):
-        self._input_grad()                       # fail before any work on a bad option
+        self._input_grad()  # fail before any work on a bad option
         self._ensure_built(X)
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
-        Z, A = conv2d(X, self.params["W"], self.params["b"], stride=stride, padding=padding,
-                      xp=xp)
+        Z, A = conv2d(
+            X, self.params["W"], self.params["b"], stride=stride, padding=padding, xp=xp
+        )
         self._cache = (A, tuple(X.shape[1:3]))
         return Z
 
@@ -316,8 +369,15 @@ class Conv2D(Layer):
         A, input_hw = self._cache
         _, stride, padding = self._geometry()
         dX, self.grads["W"], self.grads["b"] = conv2d_backward(
-            dZ, A, self.params["W"], input_hw, stride=stride, padding=padding, xp=xp,
-            input_grad=self._input_grad())
+            dZ,
+            A,
+            self.params["W"],
+            input_hw,
+            stride=stride,
+            padding=padding,
+            xp=xp,
+            input_grad=self._input_grad(),
+        )
         return dX
 
 
@@ -333,8 +393,10 @@ class _Pool2D(Layer):
         s = k if self.stride is None else pair(self.stride, "stride", minimum=1)
         p = pair(self.padding, "padding", minimum=0)
         if p[0] > k[0] // 2 or p[1] > k[1] // 2:
-            raise ValueError(f"padding must be at most half the kernel size; got "
-                             f"padding={self.padding!r} with kernel_size={self.kernel_size!r}")
+            raise ValueError(
+                f"padding must be at most half the kernel size; got "
+                f"padding={self.padding!r} with kernel_size={self.kernel_size!r}"
+            )
         return k, s, p
 
     def output_shape(self, input_shape):
@@ -382,10 +444,10 @@ class MaxPool2D(_Pool2D):
 
     def forward(self, X):
         xp = array_api_compat.array_namespace(X)
-        cols = self._windows(X, -float("inf"), xp)          # (k_h k_w, N, H_out, W_out, C)
+        cols = self._windows(X, -float("inf"), xp)  # (k_h k_w, N, H_out, W_out, C)
         Y = xp.max(cols, axis=0)
         mask = xp.astype(cols == Y, X.dtype)
-        self._cache_share = mask / xp.sum(mask, axis=0)      # ties share evenly
+        self._cache_share = mask / xp.sum(mask, axis=0)  # ties share evenly
         return Y
 
     def backward(self, dY):

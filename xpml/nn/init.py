@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["he_normal", "he_uniform", "xavier_normal", "xavier_uniform", "INITIALISERS",
-           "get_initialiser"]
+__all__ = [
+    "he_normal",
+    "he_uniform",
+    "xavier_normal",
+    "xavier_uniform",
+    "INITIALISERS",
+    "get_initialiser",
+]
 
 
 def he_normal(shape, fan_in, fan_out, rng):
@@ -56,5 +62,7 @@ def get_initialiser(init):
     if callable(init):
         return init
     if init not in INITIALISERS:
-        raise ValueError(f"init must be a callable or one of {sorted(INITIALISERS)}; got {init!r}")
+        raise ValueError(
+            f"init must be a callable or one of {sorted(INITIALISERS)}; got {init!r}"
+        )
     return INITIALISERS[init]

@@ -11,8 +11,18 @@ import array_api_compat
 from xpml.nn._base import Layer
 from xpml.nn.init import get_initialiser
 
-__all__ = ["Dense", "BatchNorm1D", "Flatten", "ReLU", "Sigmoid", "Tanh", "Identity", "Softmax",
-           "sigmoid", "softmax"]
+__all__ = [
+    "Dense",
+    "BatchNorm1D",
+    "Flatten",
+    "ReLU",
+    "Sigmoid",
+    "Tanh",
+    "Identity",
+    "Softmax",
+    "sigmoid",
+    "softmax",
+]
 
 
 def sigmoid(Z, /, *, xp):
@@ -73,12 +83,16 @@ class Dense(Layer):
 
     def _init_params(self, input_shape, rng):
         if len(input_shape) != 1:
-            raise ValueError(f"Dense expects 2-D input (n_samples, features); got samples of "
-                             f"shape {input_shape}. Put a Flatten layer before it.")
+            raise ValueError(
+                f"Dense expects 2-D input (n_samples, features); got samples of "
+                f"shape {input_shape}. Put a Flatten layer before it."
+            )
         d = input_shape[0]
         if self.in_features is not None and d != self.in_features:
-            raise ValueError(f"Dense was given in_features={self.in_features} but the input "
-                             f"has {d} features")
+            raise ValueError(
+                f"Dense was given in_features={self.in_features} but the input "
+                f"has {d} features"
+            )
         W = get_initialiser(self.init)((d, self.units), d, self.units, rng)
         return {"W": W, "b": W[0] * 0.0}
 
@@ -155,12 +169,16 @@ class BatchNorm1D(Layer):
         import numpy as np
 
         if len(input_shape) != 1:
-            raise ValueError(f"BatchNorm1D expects 2-D input (n_samples, features); got samples "
-                             f"of shape {input_shape}")
+            raise ValueError(
+                f"BatchNorm1D expects 2-D input (n_samples, features); got samples "
+                f"of shape {input_shape}"
+            )
         d = input_shape[0]
         if self.num_features is not None and d != self.num_features:
-            raise ValueError(f"BatchNorm1D was given num_features={self.num_features} but the "
-                             f"input has {d} features")
+            raise ValueError(
+                f"BatchNorm1D was given num_features={self.num_features} but the "
+                f"input has {d} features"
+            )
         return {"gamma": np.ones(d), "beta": np.zeros(d)}
 
     def forward(self, X):
@@ -190,8 +208,9 @@ class BatchNorm1D(Layer):
         if not training:
             return dXhat * inv_std
         n = dY.shape[0]
-        return (inv_std / n) * (n * dXhat - xp.sum(dXhat, axis=0)
-                                - Xhat * xp.sum(dXhat * Xhat, axis=0))
+        return (inv_std / n) * (
+            n * dXhat - xp.sum(dXhat, axis=0) - Xhat * xp.sum(dXhat * Xhat, axis=0)
+        )
 
 
 class Flatten(Layer):

@@ -48,7 +48,9 @@ class SoftmaxCrossEntropy(_Loss):
         shifted = Z - xp.max(Z, axis=1, keepdims=True)
         log_p = shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
         classes = xp.arange(k, dtype=xp.int64, device=array_api_compat.device(Z))
-        onehot = xp.astype(xp.reshape(xp.astype(y, xp.int64), (-1, 1)) == classes, Z.dtype)
+        onehot = xp.astype(
+            xp.reshape(xp.astype(y, xp.int64), (-1, 1)) == classes, Z.dtype
+        )
         self._cache = (xp.exp(log_p), onehot)
         return -xp.sum(onehot * log_p) / n
 
@@ -121,7 +123,11 @@ class MSELoss(_Loss):
         return (2.0 / size) * R
 
 
-LOSSES = {"cross_entropy": SoftmaxCrossEntropy, "logistic": LogisticLoss, "mse": MSELoss}
+LOSSES = {
+    "cross_entropy": SoftmaxCrossEntropy,
+    "logistic": LogisticLoss,
+    "mse": MSELoss,
+}
 
 
 def get_loss(loss):
@@ -129,5 +135,7 @@ def get_loss(loss):
     if isinstance(loss, _Loss):
         return loss
     if loss not in LOSSES:
-        raise ValueError(f"loss must be a loss object or one of {sorted(LOSSES)}; got {loss!r}")
+        raise ValueError(
+            f"loss must be a loss object or one of {sorted(LOSSES)}; got {loss!r}"
+        )
     return LOSSES[loss]()

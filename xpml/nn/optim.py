@@ -110,8 +110,8 @@ class Adam(_Optimiser):
         m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
         v = (1 - b2) * (g * g) if v is None else b2 * v + (1 - b2) * (g * g)
         self.state[slot] = (m, v)
-        m_hat = m / (1 - b1 ** self.t)
-        v_hat = v / (1 - b2 ** self.t)
+        m_hat = m / (1 - b1**self.t)
+        v_hat = v / (1 - b2**self.t)
         return p - self.learning_rate * m_hat / (xp.sqrt(v_hat) + self.eps)
 
 
@@ -123,7 +123,9 @@ def get_optimiser(optimizer, learning_rate=None):
     if isinstance(optimizer, _Optimiser):
         return optimizer
     if optimizer not in OPTIMISERS:
-        raise ValueError(f"optimizer must be an optimiser object or one of "
-                         f"{sorted(OPTIMISERS)}; got {optimizer!r}")
+        raise ValueError(
+            f"optimizer must be an optimiser object or one of "
+            f"{sorted(OPTIMISERS)}; got {optimizer!r}"
+        )
     cls = OPTIMISERS[optimizer]
     return cls() if learning_rate is None else cls(learning_rate=learning_rate)

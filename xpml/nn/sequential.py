@@ -34,8 +34,11 @@ def _progress(epochs, verbose):
 
 
 def _snapshot(layer):
-    return {k: dict(v) if isinstance(v, dict) else v
-            for k, v in vars(layer).items() if not k.startswith("_cache")}
+    return {
+        k: dict(v) if isinstance(v, dict) else v
+        for k, v in vars(layer).items()
+        if not k.startswith("_cache")
+    }
 
 
 def _drop_caches(obj):
@@ -90,8 +93,15 @@ class Sequential(Persistable):
     True
     """
 
-    def __init__(self, layers=None, *, loss="cross_entropy", optimizer="adam",
-                 learning_rate=None, random_state=None):
+    def __init__(
+        self,
+        layers=None,
+        *,
+        loss="cross_entropy",
+        optimizer="adam",
+        learning_rate=None,
+        random_state=None,
+    ):
         self.layers = layers
         self.loss = loss
         self.optimizer = optimizer
@@ -108,8 +118,9 @@ class Sequential(Persistable):
 
     def _layers(self):
         if not self.layers:
-            raise ValueError("layers must be a non-empty list of layers; got "
-                             f"{self.layers!r}")
+            raise ValueError(
+                f"layers must be a non-empty list of layers; got {self.layers!r}"
+            )
         return self.layers
 
     def train(self, mode=True):
@@ -129,8 +140,13 @@ class Sequential(Persistable):
         for layer in self._layers():
             if not layer.built:
                 own = getattr(layer, "random_state", None)
-                layer.build(shape, xp=xp, device=device, dtype=dtype,
-                            rng=rng if own is None else check_random_state(own))
+                layer.build(
+                    shape,
+                    xp=xp,
+                    device=device,
+                    dtype=dtype,
+                    rng=rng if own is None else check_random_state(own),
+                )
             shape = layer.output_shape(shape)
         return self
 
@@ -154,14 +170,27 @@ class Sequential(Persistable):
             _move_in_place(obj, ctx.take)
         if y is not None:
             if int(y.shape[0]) != int(X.shape[0]):
-                raise ValueError(f"X and y have inconsistent numbers of samples: X has "
-                                 f"{X.shape[0]}, y has {y.shape[0]}")
+                raise ValueError(
+                    f"X and y have inconsistent numbers of samples: X has "
+                    f"{X.shape[0]}, y has {y.shape[0]}"
+                )
             if isinstance(get_loss(self.loss), MSELoss):
                 y = ctx.xp.astype(y, X.dtype)
         return ctx, X, y
 
-    def fit(self, X, y, *, epochs=10, batch_size=32, shuffle=True, validation_data=None,
-            patience=None, min_delta=0.0, verbose=False):
+    def fit(
+        self,
+        X,
+        y,
+        *,
+        epochs=10,
+        batch_size=32,
+        shuffle=True,
+        validation_data=None,
+        patience=None,
+        min_delta=0.0,
+        verbose=False,
+    ):
         """Train by minibatch gradient descent; returns self.
 
         Parameters
@@ -187,7 +216,9 @@ class Sequential(Persistable):
         for name, v, lo in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
-        if patience is not None and (not isinstance(patience, numbers.Integral) or patience < 1):
+        if patience is not None and (
+            not isinstance(patience, numbers.Integral) or patience < 1
+        ):
             raise ValueError(f"patience must be None or an int >= 1; got {patience!r}")
         self.loss_ = get_loss(self.loss)
         if not hasattr(self, "optimizer_"):
@@ -212,12 +243,15 @@ class Sequential(Persistable):
                 if idx is None:
                     Xb, yb = X[start:stop, ...], y[start:stop]
                 else:
-                    Xb, yb = xp.take(X, idx[start:stop], axis=0), xp.take(y, idx[start:stop])
+                    Xb, yb = (
+                        xp.take(X, idx[start:stop], axis=0),
+                        xp.take(y, idx[start:stop]),
+                    )
                 loss = self.loss_.forward(self.forward(Xb), yb)
                 self.backward(self.loss_.backward())
                 self.optimizer_.step(self.layers)
                 total = total + loss * (stop - start)
-            history["loss"].append(float(total) / n)   # one device sync per epoch
+            history["loss"].append(float(total) / n)  # one device sync per epoch
             monitored = history["loss"][-1]
             if validation_data is not None:
                 scores = self.evaluate(*validation_data)
@@ -240,7 +274,7 @@ class Sequential(Persistable):
         self.n_epochs_ = len(history["loss"])
         self.history = history
         for obj in self.layers + [self.loss_]:
-            _drop_caches(obj)       # the last batch's windows are not worth keeping
+            _drop_caches(obj)  # the last batch's windows are not worth keeping
         self.eval()
         return self
 
@@ -252,7 +286,9 @@ class Sequential(Persistable):
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(last)
         else:
-            print(f"epoch {epoch + 1}: " + ", ".join(f"{k}={v}" for k, v in last.items()))
+            print(
+                f"epoch {epoch + 1}: " + ", ".join(f"{k}={v}" for k, v in last.items())
+            )
 
     # ------------------------------------------------------------ inference
     def _output(self, X):
@@ -264,8 +300,10 @@ class Sequential(Persistable):
         ctx, X, _ = self._enter(X)
         loss = get_loss(self.loss)
         if not hasattr(loss, "proba"):
-            raise ValueError("predict_proba needs a classification loss "
-                             "('cross_entropy' or 'logistic'); this model uses 'mse'")
+            raise ValueError(
+                "predict_proba needs a classification loss "
+                "('cross_entropy' or 'logistic'); this model uses 'mse'"
+            )
         return ctx.out(loss.proba(self._output(X), xp=ctx.xp))
 
     def predict(self, X):

@@ -71,9 +71,13 @@ def _projected_gradient_gap(Xa, Y, W, A, U, D, /, *, xp):
     at_lower = A <= 0.0
     at_upper = A >= U[:, None]
     zero = xp.zeros_like(G)
-    PG = xp.where(at_lower & at_upper, zero,
-                  xp.where(at_lower, xp.minimum(G, zero),
-                           xp.where(at_upper, xp.maximum(G, zero), G)))
+    PG = xp.where(
+        at_lower & at_upper,
+        zero,
+        xp.where(
+            at_lower, xp.minimum(G, zero), xp.where(at_upper, xp.maximum(G, zero), G)
+        ),
+    )
     return xp.max(PG, axis=0) - xp.min(PG, axis=0)
 
 
@@ -233,14 +237,22 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     _xpml_tags = {
         "test_params": {"random_state": 0, "C": 0.1, "tol": 1e-3},
         "sklearn_xfail": {
-            "check_sample_weight_equivalence_on_dense_data":
-                "an iterative solver stopped at tol: weights equal repetitions only up to "
-                "the tolerance (tests/test_linear_svc.py checks it at a tight tol)",
+            "check_sample_weight_equivalence_on_dense_data": "an iterative solver stopped at tol: weights equal repetitions only up to "
+            "the tolerance (tests/test_linear_svc.py checks it at a tight tol)",
         },
     }
 
-    def __init__(self, *, loss="squared_hinge", tol=1e-4, C=1.0, fit_intercept=True,
-                 intercept_scaling=1.0, max_iter=1000, random_state=None):
+    def __init__(
+        self,
+        *,
+        loss="squared_hinge",
+        tol=1e-4,
+        C=1.0,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        max_iter=1000,
+        random_state=None,
+    ):
         self.loss = loss
         self.tol = tol
         self.C = C
@@ -269,18 +281,25 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         k = int(self.classes_.shape[0])
         dev = ctx.device
         if self.fit_intercept:
-            bias = xp.full((n, 1), float(self.intercept_scaling), dtype=X.dtype, device=dev)
+            bias = xp.full(
+                (n, 1), float(self.intercept_scaling), dtype=X.dtype, device=dev
+            )
             Xa = xp.concat([X, bias], axis=1)
         else:
             Xa = X
         # ±1 targets: one column (positive class classes_[1]) or one per class
-        positive = xp.arange(k, device=dev) if k > 2 else xp.ones((1,), dtype=y.dtype, device=dev)
+        positive = (
+            xp.arange(k, device=dev)
+            if k > 2
+            else xp.ones((1,), dtype=y.dtype, device=dev)
+        )
         one = xp.ones((), dtype=X.dtype, device=dev)
         Y = xp.where(y[:, None] == xp.astype(positive, y.dtype)[None, :], one, -one)
         Ci = float(self.C) * sw
         rng = check_random_state(self.random_state)
-        W, A, U, D, epochs, converged = _solve_dcd(Xa, Y, Ci, self.loss, float(self.tol),
-                                                  int(self.max_iter), rng, xp=xp)
+        W, A, U, D, epochs, converged = _solve_dcd(
+            Xa, Y, Ci, self.loss, float(self.tol), int(self.max_iter), rng, xp=xp
+        )
         if not converged:
             warnings.warn(
                 f"LinearSVC dual coordinate descent did not converge in max_iter="

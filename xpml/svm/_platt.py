@@ -21,8 +21,15 @@ def _nll(f, t, A, B, *, xp):
     """Negative log-likelihood of targets ``t`` under ``1/(1+exp(Af+B))``,
     written so that no exponential overflows."""
     z = f * A + B
-    return float(xp.sum(xp.where(z >= 0, t * z + xp.log1p(xp.exp(-xp.abs(z))),
-                                 (t - 1.0) * z + xp.log1p(xp.exp(-xp.abs(z))))))
+    return float(
+        xp.sum(
+            xp.where(
+                z >= 0,
+                t * z + xp.log1p(xp.exp(-xp.abs(z))),
+                (t - 1.0) * z + xp.log1p(xp.exp(-xp.abs(z))),
+            )
+        )
+    )
 
 
 def sigmoid_fit(f, y, *, xp, max_iter=100, min_step=1e-10, sigma=1e-12, eps=1e-5):

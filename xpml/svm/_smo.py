@@ -62,7 +62,13 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml.kernels import kernel_matrix
 
-__all__ = ["KernelRows", "PrecomputedRows", "SMOResult", "smo_solve", "solve_subproblem"]
+__all__ = [
+    "KernelRows",
+    "PrecomputedRows",
+    "SMOResult",
+    "smo_solve",
+    "solve_subproblem",
+]
 
 TAU = 1e-12  # curvature floor for non-PSD kernels (LIBSVM's TAU)
 _CHUNK = 256  # rows per transient block (new kernel rows, gathered rows)
@@ -130,15 +136,17 @@ class KernelRows:
         self._fast = _is_numpy(xp)
 
     def _note(self, transient_rows):
-        self.peak_bytes = max(self.peak_bytes,
-                              (self.slots + transient_rows) * self.row_bytes)
+        self.peak_bytes = max(
+            self.peak_bytes, (self.slots + transient_rows) * self.row_bytes
+        )
 
     def fetch(self, B):
         """Make the rows ``B`` (sorted host ints) resident; return their slots."""
         xp = self.xp
         if self.buf is None:
-            self.buf = xp.empty((self.slots, self.n), dtype=self.X.dtype,
-                                device=_device(self.X))
+            self.buf = xp.empty(
+                (self.slots, self.n), dtype=self.X.dtype, device=_device(self.X)
+            )
         self.clock += 1
         slots = self.slot_of[B]
         miss = slots < 0
@@ -153,13 +161,18 @@ class KernelRows:
             old = self.row_of[order]
             self.slot_of[old[old >= 0]] = -1
             for c in range(0, n_miss, self.chunk):
-                part = new[c:c + self.chunk]
+                part = new[c : c + self.chunk]
                 Xb = xp.take(self.X, xp.asarray(part, device=_device(self.X)), axis=0)
-                budget = None if isinstance(self.kernel, str) else 3 * len(part) * self.row_bytes
-                block = kernel_matrix(Xb, self.X, self.kernel, self.params, xp=xp,
-                                      memory_budget=budget)
+                budget = (
+                    None
+                    if isinstance(self.kernel, str)
+                    else 3 * len(part) * self.row_bytes
+                )
+                block = kernel_matrix(
+                    Xb, self.X, self.kernel, self.params, xp=xp, memory_budget=budget
+                )
                 self._note(3 * len(part))
-                self._write(order[c:c + self.chunk], block)
+                self._write(order[c : c + self.chunk], block)
                 del block
             self.row_of[order] = new
             self.slot_of[new] = order
@@ -174,7 +187,7 @@ class KernelRows:
             return
         # portable: the buffer is ours, written row by row through slices
         for k, s in enumerate(slots.tolist()):
-            self.buf[s:s + 1, :] = block[k:k + 1, :]
+            self.buf[s : s + 1, :] = block[k : k + 1, :]
 
     def block(self, slots, B):
         """``K[B, B]``, computed afresh by the Gram engine: ``q² d`` flops cost
@@ -182,8 +195,15 @@ class KernelRows:
         xp = self.xp
         XB = xp.take(self.X, xp.asarray(B, device=_device(self.X)), axis=0)
         budget = None if isinstance(self.kernel, str) else 3 * len(B) * len(B) * 8
-        return kernel_matrix(XB, XB, self.kernel, self.params, xp=xp, symmetric=True,
-                             memory_budget=budget)
+        return kernel_matrix(
+            XB,
+            XB,
+            self.kernel,
+            self.params,
+            xp=xp,
+            symmetric=True,
+            memory_budget=budget,
+        )
 
     def product(self, slots, d):
         """``K[B', :]ᵀ d`` for the rows in ``slots`` (those whose α moved)."""
@@ -191,13 +211,15 @@ class KernelRows:
         out = None
         m = len(slots)
         for c in range(0, m, self.chunk):
-            sl = slots[c:min(c + self.chunk, m)]
-            dc = d[c:min(c + self.chunk, m)]
+            sl = slots[c : min(c + self.chunk, m)]
+            dc = d[c : min(c + self.chunk, m)]
             self._note(len(sl))
             if self._fast:
                 part = dc @ self.buf[sl]
             else:
-                part = dc @ xp.take(self.buf, xp.asarray(sl, device=_device(self.buf)), axis=0)
+                part = dc @ xp.take(
+                    self.buf, xp.asarray(sl, device=_device(self.buf)), axis=0
+                )
             out = part if out is None else out + part
         if out is None:
             return xp.zeros((self.n,), dtype=self.buf.dtype, device=_device(self.buf))
@@ -267,15 +289,18 @@ def solve_subproblem(Kbb, y, alpha, C, v, *, xp, tol, max_steps, force_portable=
         SMO steps taken.
     """
     if force_portable or not (_is_numpy(xp) or _host_subproblem(xp)):
-        return _subproblem_portable(Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps)
+        return _subproblem_portable(
+            Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps
+        )
     if _is_numpy(xp):
         return _subproblem_host(Kbb, y, alpha, C, v, tol, max_steps)
     # torch / cupy: the q×q block and four q-vectors go to the host once per
     # working set, and α_B, v_B come back; a GPU would otherwise launch ~40
     # kernels per 2-variable step
     dev = _device(Kbb)
-    a, vv, steps = _subproblem_host(*(to_numpy(z) for z in (Kbb, y, alpha, C, v)), tol,
-                                    max_steps)
+    a, vv, steps = _subproblem_host(
+        *(to_numpy(z) for z in (Kbb, y, alpha, C, v)), tol, max_steps
+    )
     return xp.asarray(a, device=dev), xp.asarray(vv, device=dev), steps
 
 
@@ -420,8 +445,19 @@ def _top(score, k, *, xp):
     return xp.argsort(score, descending=True, stable=True)[:k]
 
 
-def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_steps=None,
-              verbose=False, label=""):
+def smo_solve(
+    rows,
+    y,
+    C,
+    *,
+    xp,
+    tol=1e-3,
+    max_iter=-1,
+    inner_ratio=0.1,
+    inner_steps=None,
+    verbose=False,
+    label="",
+):
     """Solve the binary SVM dual with batched working sets.
 
     Parameters
@@ -491,9 +527,12 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
         negM = float(sc_low[0]) if sc_low.shape[0] else -math.inf
         gap = m + negM
         if verbose and n_outer % every == 0:
-            print(f"[SMO{label}] set {n_outer:5d}  steps {n_iter:7d}  violation {gap:.3e}  "
-                  f"rows computed {rows.computed_rows}  hits {rows.hits}  "
-                  f"{time.perf_counter() - t0:.2f}s", flush=True)
+            print(
+                f"[SMO{label}] set {n_outer:5d}  steps {n_iter:7d}  violation {gap:.3e}  "
+                f"rows computed {rows.computed_rows}  hits {rows.hits}  "
+                f"{time.perf_counter() - t0:.2f}s",
+                flush=True,
+            )
         if gap < tol or not math.isfinite(gap):
             converged = True
             break
@@ -502,12 +541,18 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
         # a tolerance below the floating-point floor of this problem: stop
         # after _STALL working sets that did not raise the dual objective
         dual = float(xp.sum(alpha * (1.0 + y * v))) / 2.0  # Σα − ½αᵀQα, Qα = 1 − y∘v
-        best, stalled = ((dual, 0) if dual > best + 1e-14 * max(1.0, abs(dual))
-                         else (best, stalled + 1))
+        best, stalled = (
+            (dual, 0)
+            if dual > best + 1e-14 * max(1.0, abs(dual))
+            else (best, stalled + 1)
+        )
         if stalled >= _STALL:
             break
-        B = np.unique(np.concatenate([kept, cand_up[np.isfinite(sc_up)],
-                                      cand_low[np.isfinite(sc_low)]]))
+        B = np.unique(
+            np.concatenate(
+                [kept, cand_up[np.isfinite(sc_up)], cand_low[np.isfinite(sc_low)]]
+            )
+        )
         slots = rows.fetch(B)
         Kbb = rows.block(slots, B)
         if fast:
@@ -517,8 +562,15 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
             yB, aB, CB, vB = (xp.take(z, Bd) for z in (y, alpha, C, v))
         steps_left = min(inner_steps, limit - n_iter)
         aB_new, _, steps = solve_subproblem(
-            Kbb, yB, aB, CB, vB, xp=xp, tol=max(tol, inner_ratio * gap),
-            max_steps=max(1, int(steps_left)))
+            Kbb,
+            yB,
+            aB,
+            CB,
+            vB,
+            xp=xp,
+            tol=max(tol, inner_ratio * gap),
+            max_steps=max(1, int(steps_left)),
+        )
         n_iter += steps
         n_outer += 1
         if steps == 0:
@@ -543,8 +595,20 @@ def smo_solve(rows, y, C, *, xp, tol=1e-3, max_iter=-1, inner_ratio=0.1, inner_s
     rows.release()
     rho = _rho(alpha, v, ypos, C, xp=xp)
     dual, primal = _objectives(alpha, v, y, C, rho, xp=xp)
-    return SMOResult(alpha, v, rho, dual, primal, gap, n_iter, n_outer, converged,
-                     rows.peak_bytes, rows.computed_rows, rows.hits)
+    return SMOResult(
+        alpha,
+        v,
+        rho,
+        dual,
+        primal,
+        gap,
+        n_iter,
+        n_outer,
+        converged,
+        rows.peak_bytes,
+        rows.computed_rows,
+        rows.hits,
+    )
 
 
 def _rho(alpha, v, ypos, C, *, xp):

@@ -43,7 +43,8 @@ class _available_if:
         if not self.check(obj):
             raise AttributeError(
                 f"{self.fn.__name__} is not available when probability=False; "
-                f"fit with probability=True to use it")
+                f"fit with probability=True to use it"
+            )
         return self.fn.__get__(obj, owner)
 
 
@@ -52,7 +53,9 @@ def _callable_kernel(f):
     scikit-learn style ``f(A, B)`` callables are accepted too."""
     try:
         params = inspect.signature(f).parameters
-        takes_xp = "xp" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+        takes_xp = "xp" in params or any(
+            p.kind == p.VAR_KEYWORD for p in params.values()
+        )
     except (TypeError, ValueError):
         takes_xp = False
 
@@ -202,15 +205,31 @@ class SVC(ClassifierMixin, BaseEstimator):
         "sklearn_xfail": {
             "check_sample_weight_equivalence_on_dense_data": (
                 "gamma='scale' reads X.var(), which repeating rows changes; scikit-learn "
-                "marks this check as an expected failure for its SVC too"),
+                "marks this check as an expected failure for its SVC too"
+            ),
         },
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
-                 shrinking=True, probability=False, tol=1e-3, cache_size=1024,
-                 class_weight=None, verbose=False, max_iter=-1,
-                 decision_function_shape="ovr", break_ties=False, random_state=None,
-                 working_set_size=None):
+    def __init__(
+        self,
+        *,
+        C=1.0,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        probability=False,
+        tol=1e-3,
+        cache_size=1024,
+        class_weight=None,
+        verbose=False,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        break_ties=False,
+        random_state=None,
+        working_set_size=None,
+    ):
         self.C = C
         self.kernel = kernel
         self.degree = degree
@@ -242,10 +261,14 @@ class SVC(ClassifierMixin, BaseEstimator):
         else:
             gamma = float(self.gamma)
         if callable(self.kernel):
-            return _callable_kernel(self.kernel), {"gamma": gamma, "degree": self.degree,
-                                                   "coef0": float(self.coef0)}
-        kernel, params = resolve_kernel_params(self.kernel, d, gamma, self.degree,
-                                               float(self.coef0))
+            return _callable_kernel(self.kernel), {
+                "gamma": gamma,
+                "degree": self.degree,
+                "coef0": float(self.coef0),
+            }
+        kernel, params = resolve_kernel_params(
+            self.kernel, d, gamma, self.degree, float(self.coef0)
+        )
         return kernel, params
 
     def _budget(self):
@@ -264,7 +287,8 @@ class SVC(ClassifierMixin, BaseEstimator):
             if key not in labels:
                 raise ValueError(
                     f"class_weight has the label {key!r}, which is not a class of y; "
-                    f"classes are {labels!r}")
+                    f"classes are {labels!r}"
+                )
             out[labels.index(key)] = float(w)
         return out
 
@@ -278,12 +302,19 @@ class SVC(ClassifierMixin, BaseEstimator):
             rows = PrecomputedRows(Ksub, xp=xp, q=q)
         else:
             Xs = xp.take(X, idx_d, axis=0)
-            rows = KernelRows(Xs, *kspec, xp=xp,
-                              memory_budget=self._budget(), q=q)
+            rows = KernelRows(Xs, *kspec, xp=xp, memory_budget=self._budget(), q=q)
         y = xp.asarray(ypm, dtype=X.dtype, device=dev)
         C = xp.asarray(Cvec, dtype=X.dtype, device=dev)
-        return smo_solve(rows, y, C, xp=xp, tol=float(self.tol), max_iter=self.max_iter,
-                         verbose=self.verbose, label=label)
+        return smo_solve(
+            rows,
+            y,
+            C,
+            xp=xp,
+            tol=float(self.tol),
+            max_iter=self.max_iter,
+            verbose=self.verbose,
+            label=label,
+        )
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
@@ -302,7 +333,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         if self.kernel == "precomputed" and int(X.shape[1]) != n:
             raise ValueError(
                 f"X should be a square kernel matrix when kernel='precomputed'; got shape "
-                f"{tuple(X.shape)}")
+                f"{tuple(X.shape)}"
+            )
         kspec = self._kernel_spec(X, xp)
         self._gamma = kspec[1].get("gamma", 0.0)
         codes = to_numpy(y).astype(np.int64)
@@ -319,9 +351,18 @@ class SVC(ClassifierMixin, BaseEstimator):
                 raise ValueError(
                     f"after removing samples with zero sample_weight, class "
                     f"{to_numpy(self.classes_)[a if np.all(ypm < 0) else b]!r} has no samples "
-                    f"left; every class needs a positive weight")
-            res = self._solve_pair(X, K, idx, ypm, Cs[idx], kspec, xp=xp,
-                                   label=f" {a}v{b}" if k > 2 else "")
+                    f"left; every class needs a positive weight"
+                )
+            res = self._solve_pair(
+                X,
+                K,
+                idx,
+                ypm,
+                Cs[idx],
+                kspec,
+                xp=xp,
+                label=f" {a}v{b}" if k > 2 else "",
+            )
             results.append(res)
             subsets.append((idx, ypm))
         self._assemble(results, subsets, pairs, codes, X, xp)
@@ -335,7 +376,9 @@ class SVC(ClassifierMixin, BaseEstimator):
                 f"floating-point floor) with KKT violation "
                 f"{max(r.gap for r in results):.3g} > tol={self.tol}. Consider "
                 f"pre-processing your data with StandardScaler or raising max_iter.",
-                ConvergenceWarning, stacklevel=2)
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self._fitted(ctx)
 
     def _assemble(self, results, subsets, pairs, codes, X, xp):
@@ -352,8 +395,12 @@ class SVC(ClassifierMixin, BaseEstimator):
             c[idx] = alpha * ypm
             is_sv[idx[alpha > 0]] = True
             coef_full.append(c)
-        support = np.concatenate([np.flatnonzero(is_sv & (codes == c)) for c in range(k)])
-        n_support = np.array([int(np.sum(is_sv & (codes == c))) for c in range(k)], np.int32)
+        support = np.concatenate(
+            [np.flatnonzero(is_sv & (codes == c)) for c in range(k)]
+        )
+        n_support = np.array(
+            [int(np.sum(is_sv & (codes == c))) for c in range(k)], np.int32
+        )
         dual = np.zeros((k - 1, support.shape[0]))
         sv_class = codes[support]
         for p, (a, b) in enumerate(pairs):
@@ -366,7 +413,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         dev = getattr(X, "device", None)
         self.support_ = xp.asarray(support.astype(np.int64), device=dev)
         if self.kernel == "precomputed":
-            self.support_vectors_ = xp.zeros((0, int(X.shape[1])), dtype=X.dtype, device=dev)
+            self.support_vectors_ = xp.zeros(
+                (0, int(X.shape[1])), dtype=X.dtype, device=dev
+            )
         else:
             self.support_vectors_ = xp.take(X, self.support_, axis=0)
         self.n_support_ = n_support
@@ -393,15 +442,24 @@ class SVC(ClassifierMixin, BaseEstimator):
         SV = ctx.take(self.support_vectors_)
         nsv = max(1, int(SV.shape[0]))
         rows = max(1, min(n, _PREDICT_BLOCK_BYTES // (8 * nsv)))
-        yield from iter_kernel_blocks(X, SV, kernel, kparams, xp=xp, block_rows=rows,
-                                      symmetric=False)
+        yield from iter_kernel_blocks(
+            X, SV, kernel, kparams, xp=xp, block_rows=rows, symmetric=False
+        )
 
     def _predict_kernel(self):
         if callable(self.kernel):
-            return _callable_kernel(self.kernel), {"gamma": self._gamma, "degree": self.degree,
-                                                   "coef0": float(self.coef0)}
-        return resolve_kernel_params(self.kernel, self.n_features_in_, self._gamma,
-                                     self.degree, float(self.coef0))
+            return _callable_kernel(self.kernel), {
+                "gamma": self._gamma,
+                "degree": self.degree,
+                "coef0": float(self.coef0),
+            }
+        return resolve_kernel_params(
+            self.kernel,
+            self.n_features_in_,
+            self._gamma,
+            self.degree,
+            float(self.coef0),
+        )
 
     def _raw_decision(self, X, ctx):
         """LIBSVM's one-vs-one decision values ``(n, n_pairs)``: positive means
@@ -422,10 +480,18 @@ class SVC(ClassifierMixin, BaseEstimator):
             def zeros(m):
                 return xp.zeros((m,), dtype=dual.dtype, device=dev)
 
-            cols = [xp.concat([zeros(start[i]), dual[j - 1, start[i]:start[i + 1]],
-                               zeros(start[j] - start[i + 1]),
-                               dual[i, start[j]:start[j + 1]], zeros(nsv - start[j + 1])])
-                    for i, j in _pairs(k)]
+            cols = [
+                xp.concat(
+                    [
+                        zeros(start[i]),
+                        dual[j - 1, start[i] : start[i + 1]],
+                        zeros(start[j] - start[i + 1]),
+                        dual[i, start[j] : start[j + 1]],
+                        zeros(nsv - start[j + 1]),
+                    ]
+                )
+                for i, j in _pairs(k)
+            ]
             W = xp.stack(cols, axis=1)
         parts = [Kb @ W + b[None, :] for _, _, Kb in self._kernel_blocks_to_sv(X, ctx)]
         return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
@@ -504,8 +570,9 @@ class SVC(ClassifierMixin, BaseEstimator):
                 if np.all(ytr > 0) or np.all(ytr < 0):
                     dec[f] = 1.0 if ytr[0] > 0 else -1.0
                     continue
-                res = self._solve_pair(X, K, idx[train], ytr, Cs[idx[train]], kspec, xp=xp,
-                                       label=" platt")
+                res = self._solve_pair(
+                    X, K, idx[train], ytr, Cs[idx[train]], kspec, xp=xp, label=" platt"
+                )
                 alpha = to_numpy(res.alpha)
                 sv = alpha > 0
                 coef = xp.asarray(alpha[sv] * ytr[sv], dtype=X.dtype, device=dev)
@@ -514,11 +581,19 @@ class SVC(ClassifierMixin, BaseEstimator):
                 if K is not None:
                     Kte = xp.take(xp.take(K, te, axis=0), tr_sv, axis=1)
                 else:
-                    Kte = kernel_matrix(xp.take(X, te, axis=0), xp.take(X, tr_sv, axis=0),
-                                        *kspec, xp=xp, memory_budget=self._budget())
+                    Kte = kernel_matrix(
+                        xp.take(X, te, axis=0),
+                        xp.take(X, tr_sv, axis=0),
+                        *kspec,
+                        xp=xp,
+                        memory_budget=self._budget(),
+                    )
                 dec[f] = to_numpy(Kte @ coef) - res.rho
-            A, B = sigmoid_fit(xp.asarray(dec, dtype=X.dtype, device=dev),
-                               xp.asarray(ypm, dtype=X.dtype, device=dev), xp=xp)
+            A, B = sigmoid_fit(
+                xp.asarray(dec, dtype=X.dtype, device=dev),
+                xp.asarray(ypm, dtype=X.dtype, device=dev),
+                xp=xp,
+            )
             probA.append(A)
             probB.append(B)
         self.probA_ = np.array(probA)
@@ -530,7 +605,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         pairwise coupling with more than two classes). Needs ``probability=True``."""
         ctx, X = self._validate_predict_data(X)
         if not hasattr(self, "probA_"):
-            raise AttributeError("predict_proba needs a model fitted with probability=True")
+            raise AttributeError(
+                "predict_proba needs a model fitted with probability=True"
+            )
         xp = ctx.xp
         raw = self._raw_decision(X, ctx)
         dev = getattr(raw, "device", None)

@@ -23,8 +23,16 @@ from xpml.utils.validation import (
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
 
-_TREE_ARRAYS = ("feature", "threshold", "children_left", "children_right", "value", "impurity",
-                "n_node_samples", "weighted_n_node_samples")
+_TREE_ARRAYS = (
+    "feature",
+    "threshold",
+    "children_left",
+    "children_right",
+    "value",
+    "impurity",
+    "n_node_samples",
+    "weighted_n_node_samples",
+)
 
 
 def _resolve_count(v, n, lo):
@@ -55,13 +63,21 @@ class _BaseDecisionTree(BaseEstimator):
 
     _common_constraints = {
         "max_depth": [Interval(Integral, 1, None, closed="left"), None],
-        "min_samples_split": [Interval(Integral, 2, None, closed="left"),
-                              Interval(float, 0.0, 1.0, closed="right")],
-        "min_samples_leaf": [Interval(Integral, 1, None, closed="left"),
-                             Interval(float, 0.0, 1.0, closed="neither")],
+        "min_samples_split": [
+            Interval(Integral, 2, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+        ],
+        "min_samples_leaf": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="neither"),
+        ],
         "min_impurity_decrease": [Interval(Real, 0, None, closed="left")],
-        "max_features": [Interval(Integral, 1, None, closed="left"),
-                         Interval(float, 0.0, 1.0, closed="right"), Options("sqrt", "log2"), None],
+        "max_features": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+            Options("sqrt", "log2"),
+            None,
+        ],
         "random_state": ["random_state"],
     }
 
@@ -75,7 +91,9 @@ class _BaseDecisionTree(BaseEstimator):
             min_samples_leaf=_resolve_count(self.min_samples_leaf, n, 1),
             min_impurity_decrease=float(self.min_impurity_decrease),
             purity_threshold=float(getattr(self, "purity_threshold", 1.0)),
-            max_features=_resolve_max_features(self.max_features, d, type(self).__name__),
+            max_features=_resolve_max_features(
+                self.max_features, d, type(self).__name__
+            ),
         )
 
     def _fit_arrays(self, ctx, X, y, sw, n_classes):
@@ -85,7 +103,9 @@ class _BaseDecisionTree(BaseEstimator):
         ids = xp.nonzero(sw > 0)[0]
         w = xp.take(sw, ids)
         rng = check_random_state(self.random_state)
-        tree = grow(X, y, ids, w, np.asarray([int(ids.shape[0])]), params, xp=xp, rngs=[rng])[0]
+        tree = grow(
+            X, y, ids, w, np.asarray([int(ids.shape[0])]), params, xp=xp, rngs=[rng]
+        )[0]
         self._set_tree(tree, ctx, X.dtype)
         return self
 
@@ -101,8 +121,9 @@ class _BaseDecisionTree(BaseEstimator):
         self.node_count_ = int(len(tree["feature"]))
         self.max_depth_ = int(tree["max_depth"])
         self.n_leaves_ = int(np.sum(tree["children_left"] < 0))
-        self.feature_importances_ = xp.asarray(_importances(tree, self.n_features_in_),
-                                               dtype=dtype, device=dev)
+        self.feature_importances_ = xp.asarray(
+            _importances(tree, self.n_features_in_), dtype=dtype, device=dev
+        )
 
     def _host_tree(self):
         t = {k: to_numpy(getattr(self, f"tree_{k}_")) for k in _TREE_ARRAYS}
@@ -114,16 +135,28 @@ class _BaseDecisionTree(BaseEstimator):
         """The fitted arrays under scikit-learn's ``tree_`` names (read-only view)."""
         if not hasattr(self, "tree_feature_"):
             raise AttributeError("tree_ exists after fit")
-        t = types.SimpleNamespace(**{k: getattr(self, f"tree_{k}_") for k in _TREE_ARRAYS})
-        t.node_count, t.max_depth, t.n_leaves = self.node_count_, self.max_depth_, self.n_leaves_
+        t = types.SimpleNamespace(
+            **{k: getattr(self, f"tree_{k}_") for k in _TREE_ARRAYS}
+        )
+        t.node_count, t.max_depth, t.n_leaves = (
+            self.node_count_,
+            self.max_depth_,
+            self.n_leaves_,
+        )
         return t
 
     # ------------------------------------------------------------- predict
     def _leaves(self, ctx, X):
         xp = ctx.xp
-        return route(X, ctx.take(self.tree_feature_), ctx.take(self.tree_threshold_),
-                     ctx.take(self.tree_children_left_), ctx.take(self.tree_children_right_),
-                     self.max_depth_, xp=xp)
+        return route(
+            X,
+            ctx.take(self.tree_feature_),
+            ctx.take(self.tree_threshold_),
+            ctx.take(self.tree_children_left_),
+            ctx.take(self.tree_children_right_),
+            self.max_depth_,
+            xp=xp,
+        )
 
     def apply(self, X):
         """Index of the leaf each row of ``X`` ends in, shape (n,)."""
@@ -169,8 +202,10 @@ class _BaseDecisionTree(BaseEstimator):
             codes = np.minimum(np.searchsorted(classes, y_host), len(classes) - 1)
             if not np.all(classes[codes] == y_host):
                 unseen = sorted(set(y_host.tolist()) - set(classes.tolist()))
-                raise ValueError(f"y_val contains labels {unseen!r} not seen in fit; "
-                                 f"allowed labels are the classes_ {classes.tolist()!r}")
+                raise ValueError(
+                    f"y_val contains labels {unseen!r} not seen in fit; "
+                    f"allowed labels are the classes_ {classes.tolist()!r}"
+                )
             ctx, (X,) = enter(X_val, names=("X_val",))
             yv = ctx.xp.asarray(codes, device=ctx.device)
         else:
@@ -221,9 +256,12 @@ class _BaseDecisionTree(BaseEstimator):
             prev_leaf = leaf
             xv = xp.take(Xflat, base + xp.where(leaf, zero, f))
             go = xv <= xp.take(thr, node)
-            node = xp.where(leaf, node, xp.where(go, xp.take(cl, node), xp.take(cr, node)))
-        err_leaf = to_numpy(segment_sum(xp.concat(ids), xp.concat(losses), n_nodes + 1,
-                                        xp=xp))[:n_nodes].astype(np.float64)
+            node = xp.where(
+                leaf, node, xp.where(go, xp.take(cl, node), xp.take(cr, node))
+            )
+        err_leaf = to_numpy(
+            segment_sum(xp.concat(ids), xp.concat(losses), n_nodes + 1, xp=xp)
+        )[:n_nodes].astype(np.float64)
         left, right = t["children_left"].copy(), t["children_right"].copy()
         err = err_leaf.copy()
         # children have larger ids than their parent: a reverse sweep is bottom-up
@@ -281,8 +319,11 @@ def _importances(t, d):
     left, right = t["children_left"], t["children_right"]
     inner = np.nonzero(left >= 0)[0]
     W, imp = t["weighted_n_node_samples"], t["impurity"]
-    gain = W[inner] * imp[inner] - W[left[inner]] * imp[left[inner]] \
+    gain = (
+        W[inner] * imp[inner]
+        - W[left[inner]] * imp[left[inner]]
         - W[right[inner]] * imp[right[inner]]
+    )
     out = np.zeros(d)
     np.add.at(out, t["feature"][inner], gain)
     total = out.sum()
@@ -363,9 +404,18 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     }
     _xpml_tags = {}
 
-    def __init__(self, *, criterion="gini", max_depth=None, min_samples_split=2,
-                 min_samples_leaf=1, min_impurity_decrease=0.0, purity_threshold=1.0,
-                 max_features=None, random_state=None):
+    def __init__(
+        self,
+        *,
+        criterion="gini",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_impurity_decrease=0.0,
+        purity_threshold=1.0,
+        max_features=None,
+        random_state=None,
+    ):
         self.criterion = criterion
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
@@ -385,7 +435,9 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         """Class fractions of the leaf each row reaches, shape (n, K)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
-        return ctx.out(xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X), axis=0))
+        return ctx.out(
+            xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X), axis=0)
+        )
 
     def predict(self, X):
         """Majority class of the leaf each row reaches."""
@@ -445,9 +497,17 @@ max_features, random_state
     }
     _xpml_tags = {}
 
-    def __init__(self, *, criterion="squared_error", max_depth=None, min_samples_split=2,
-                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features=None,
-                 random_state=None):
+    def __init__(
+        self,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_impurity_decrease=0.0,
+        max_features=None,
+        random_state=None,
+    ):
         self.criterion = criterion
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
@@ -458,7 +518,9 @@ max_features, random_state
 
     def fit(self, X, y, sample_weight=None):
         """Grow the tree; returns self."""
-        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="continuous")
+        ctx, X, y, sw = self._validate_fit_data(
+            X, y, sample_weight, target="continuous"
+        )
         self._fit_arrays(ctx, X, y, sw, 0)
         return self._fitted(ctx)
 
@@ -469,8 +531,15 @@ max_features, random_state
         return ctx.out(xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X)))
 
 
-def export_text(decision_tree, *, feature_names=None, class_names=None, max_depth=10,
-                decimals=2, show_weights=False):
+def export_text(
+    decision_tree,
+    *,
+    feature_names=None,
+    class_names=None,
+    max_depth=10,
+    decimals=2,
+    show_weights=False,
+):
     """A fitted tree as indented text rules, in scikit-learn's layout.
 
     Parameters
@@ -507,10 +576,15 @@ def export_text(decision_tree, *, feature_names=None, class_names=None, max_dept
     check_is_fitted(decision_tree)
     t = decision_tree._host_tree()
     d = decision_tree.n_features_in_
-    names = list(feature_names) if feature_names is not None else [f"feature_{i}" for i in range(d)]
+    names = (
+        list(feature_names)
+        if feature_names is not None
+        else [f"feature_{i}" for i in range(d)]
+    )
     if len(names) != d:
-        raise ValueError(f"feature_names has {len(names)} names; the tree was fitted on {d} "
-                         f"features")
+        raise ValueError(
+            f"feature_names has {len(names)} names; the tree was fitted on {d} features"
+        )
     clf = isinstance(decision_tree, ClassifierMixin)
     if clf:
         classes = to_numpy(decision_tree.classes_).tolist()
@@ -533,7 +607,9 @@ def export_text(decision_tree, *, feature_names=None, class_names=None, max_dept
             lines.append(ind + leaf_text(v))
             return
         if depth > max_depth:
-            lines.append("|   " * depth + f"|--- truncated branch of depth {_depth(t, v) + 1}")
+            lines.append(
+                "|   " * depth + f"|--- truncated branch of depth {_depth(t, v) + 1}"
+            )
             return
         name, thr = names[t["feature"][v]], t["threshold"][v]
         lines.append(f"{ind}{name} <= {thr:.{decimals}f}")

@@ -76,9 +76,15 @@ class _NodeTable:
             return
         cap = max(need, 2 * self.cap)
         spec = {
-            "tree": (np.int64, 0), "depth": (np.int64, 0), "feature": (np.int64, -2),
-            "threshold": (np.float64, -2.0), "left": (np.int64, -1), "right": (np.int64, -1),
-            "n": (np.int64, 0), "W": (np.float64, 0.0), "impurity": (np.float64, 0.0),
+            "tree": (np.int64, 0),
+            "depth": (np.int64, 0),
+            "feature": (np.int64, -2),
+            "threshold": (np.float64, -2.0),
+            "left": (np.int64, -1),
+            "right": (np.int64, -1),
+            "n": (np.int64, 0),
+            "W": (np.float64, 0.0),
+            "impurity": (np.float64, 0.0),
         }
         new = {}
         for k, (dt, fill) in spec.items():
@@ -175,8 +181,10 @@ def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
     # ties need no order here: only positions between distinct values are scored
     perm = xp.argsort(xp.reshape(vals, (nb, f, L)), axis=-1, stable=False)
     rows = xp.arange(nb * f, dtype=perm.dtype, device=dev) * L
-    xs = xp.reshape(xp.take(vals, xp.reshape(perm + xp.reshape(rows, (nb, f, 1)), (-1,))),
-                    (nb, f, L))
+    xs = xp.reshape(
+        xp.take(vals, xp.reshape(perm + xp.reshape(rows, (nb, f, 1)), (-1,))),
+        (nb, f, L),
+    )
     nrow = xp.arange(nb, dtype=perm.dtype, device=dev) * L
     flat = xp.reshape(perm + xp.reshape(nrow, (nb, 1, 1)), (-1,))
     ss = xp.reshape(xp.take(xp.reshape(sids, (-1,)), flat), (nb, f, L))
@@ -211,7 +219,9 @@ def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
             score = acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
     else:
         yc = xp.reshape(xp.take(y, xp.reshape(ss, (-1,))), (nb, f, L))
-        yc = yc - xp.reshape(mean, (nb, 1, 1))  # centred per node: no cancellation in SSE
+        yc = yc - xp.reshape(
+            mean, (nb, 1, 1)
+        )  # centred per node: no cancellation in SSE
         s1 = xp.cumulative_sum(wsr * yc, axis=-1)
         r1 = s1[..., -1:] - s1
         score = s1 * s1 / wl_s + r1 * r1 / wr_s
@@ -221,7 +231,9 @@ def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
     msl = params.min_samples_leaf
     ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
     distinct = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
-    distinct = xp.concat([distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1)
+    distinct = xp.concat(
+        [distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1
+    )
     score = xp.where(ok & distinct, score, -inf)
     score2 = xp.reshape(score, (nb, f * L))
     bi = xp.argmax(score2, axis=-1)
@@ -259,9 +271,19 @@ def _children_stats(Xflat, d, y, sids, ws, lens_d, feat, p, mean, params, xp):
         cols = [cl, ct]
     else:
         yc = xp.reshape(xp.take(y, xp.reshape(rs, (-1,))), (nb, L)) - mean[:, None]
-        cols = [xp.stack([xp.sum(rwl, axis=1), xp.sum(rwl * yc, axis=1),
-                          xp.sum(rwl * yc * yc, axis=1), xp.sum(rw, axis=1),
-                          xp.sum(rw * yc, axis=1), xp.sum(rw * yc * yc, axis=1)], axis=1)]
+        cols = [
+            xp.stack(
+                [
+                    xp.sum(rwl, axis=1),
+                    xp.sum(rwl * yc, axis=1),
+                    xp.sum(rwl * yc * yc, axis=1),
+                    xp.sum(rw, axis=1),
+                    xp.sum(rw * yc, axis=1),
+                    xp.sum(rw * yc * yc, axis=1),
+                ],
+                axis=1,
+            )
+        ]
     return rs, rw, cols
 
 
@@ -295,7 +317,9 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
     n, d = int(X.shape[0]), int(X.shape[1])
     dev = array_api_compat.device(X)
     # a sentinel row n of +inf pads the node blocks (weight 0, never valid)
-    Xflat = xp.concat([xp.reshape(X, (-1,)), xp.full(d, xp.inf, dtype=X.dtype, device=dev)])
+    Xflat = xp.concat(
+        [xp.reshape(X, (-1,)), xp.full(d, xp.inf, dtype=X.dtype, device=dev)]
+    )
     y = xp.concat([y, xp.zeros(1, dtype=y.dtype, device=dev)])
     sentinel = xp.asarray(n, dtype=samp.dtype, device=dev)
     K = params.n_classes
@@ -316,22 +340,30 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
         ys, w = xp.take(y, samp[s:e]), sampw[s:e]
         if clf:
             ks = xp.arange(K, dtype=ys.dtype, device=dev)
-            cnt = xp.sum(xp.astype(ys[:, None] == ks[None, :], w.dtype) * w[:, None], axis=0)
+            cnt = xp.sum(
+                xp.astype(ys[:, None] == ks[None, :], w.dtype) * w[:, None], axis=0
+            )
             stats[r] = to_numpy(cnt)
             W[r] = stats[r].sum()
         else:
             tw = xp.sum(w)
             mu = xp.sum(w * ys) / tw
             var = xp.sum(w * (ys - mu) ** 2) / tw
-            W[r], stats[r, 0], stats[r, 1] = [float(v) for v in to_numpy(xp.stack([tw, mu, var]))]
+            W[r], stats[r, 0], stats[r, 1] = [
+                float(v) for v in to_numpy(xp.stack([tw, mu, var]))
+            ]
     W_root = W.copy()
     depth0 = np.zeros(R, dtype=np.int64)
     imp = _impurity_host(stats, W, params)
-    ids = table.add(tree=np.arange(R), depth=depth0, n=root_lens, W=W, stats=stats, impurity=imp)
+    ids = table.add(
+        tree=np.arange(R), depth=depth0, n=root_lens, W=W, stats=stats, impurity=imp
+    )
     open_mask = _splittable(depth0, root_lens, stats, W, imp, params)
     if not open_mask.all():
-        keep = np.concatenate([np.arange(s, e) for s, e, o in zip(starts, ends, open_mask) if o]
-                              + [np.zeros(0, np.int64)])
+        keep = np.concatenate(
+            [np.arange(s, e) for s, e, o in zip(starts, ends, open_mask) if o]
+            + [np.zeros(0, np.int64)]
+        )
         kd = xp.asarray(keep, device=dev)
         samp, sampw = xp.take(samp, kd), xp.take(sampw, kd)
     lvl_ids = ids[open_mask]
@@ -345,28 +377,52 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
         for sel, L in chunks:
             nid = lvl_ids[sel]
             nb = len(sel)
-            sids, ws, ln_d, pos, valid = _gather_block(samp, sampw, lstart[sel], lens[sel], L,
-                                                       sentinel, xp)
+            sids, ws, ln_d, pos, valid = _gather_block(
+                samp, sampw, lstart[sel], lens[sel], L, sentinel, xp
+            )
             mean = None
             if not clf:
                 mean = xp.asarray(table["stats"][nid, 0], dtype=dtype, device=dev)
             # candidate features: all, or a fresh random subset of m non-constant ones
             vals = None
             if subset:
-                F, vals, known = _draw_features(Xflat, d, sids, lens[sel], table["tree"][nid],
-                                                rngs, m, table["const"][nid], xp)
+                F, vals, known = _draw_features(
+                    Xflat,
+                    d,
+                    sids,
+                    lens[sel],
+                    table["tree"][nid],
+                    rngs,
+                    m,
+                    table["const"][nid],
+                    xp,
+                )
             else:
                 F = xp.broadcast_to(xp.arange(d, device=dev)[None, :], (nb, d))
             fc = m if vals is not None else max(1, budget // (nb * L))
-            score, feat, p, thr = _best_split(Xflat, d, y, sids, ws, ln_d, F, mean, params, xp,
-                                              vals=vals, chunk=fc)
-            rs, rw, cols = _children_stats(Xflat, d, y, sids, ws, ln_d, feat, p, mean, params, xp)
-            packed = xp.concat([xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype),
-                                          thr], axis=1)] + [xp.astype(c, dtype) for c in cols],
-                               axis=1)
+            score, feat, p, thr = _best_split(
+                Xflat, d, y, sids, ws, ln_d, F, mean, params, xp, vals=vals, chunk=fc
+            )
+            rs, rw, cols = _children_stats(
+                Xflat, d, y, sids, ws, ln_d, feat, p, mean, params, xp
+            )
+            packed = xp.concat(
+                [
+                    xp.stack(
+                        [score, xp.astype(feat, dtype), xp.astype(p, dtype), thr],
+                        axis=1,
+                    )
+                ]
+                + [xp.astype(c, dtype) for c in cols],
+                axis=1,
+            )
             h = np.asarray(to_numpy(packed), dtype=np.float64)
             found = np.isfinite(h[:, 0])
-            hfeat, hp, hthr = h[:, 1].astype(np.int64), h[:, 2].astype(np.int64), h[:, 3]
+            hfeat, hp, hthr = (
+                h[:, 1].astype(np.int64),
+                h[:, 2].astype(np.int64),
+                h[:, 3],
+            )
             n_node = lens[sel]
             depth = table["depth"][nid] + 1
             trees = table["tree"][nid]
@@ -374,7 +430,9 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             imp_l = _impurity_host(stl, wl, params)
             imp_r = _impurity_host(str_, wr, params)
             Wn = table["W"][nid]
-            decrease = (Wn * table["impurity"][nid] - wl * imp_l - wr * imp_r) / W_root[trees]
+            decrease = (Wn * table["impurity"][nid] - wl * imp_l - wr * imp_r) / W_root[
+                trees
+            ]
             accept = found & (decrease + EPSILON >= params.min_impurity_decrease)
             if not accept.any():
                 continue
@@ -388,8 +446,15 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
             c_depth = np.repeat(depth[a_idx], 2)
             c_tree = np.repeat(trees[a_idx], 2)
             extra = {"const": np.repeat(known[a_idx], 2, axis=0)} if subset else {}
-            cids = table.add(tree=c_tree, depth=c_depth, n=c_n, W=c_W, stats=c_stats,
-                             impurity=c_imp, **extra)
+            cids = table.add(
+                tree=c_tree,
+                depth=c_depth,
+                n=c_n,
+                W=c_W,
+                stats=c_stats,
+                impurity=c_imp,
+                **extra,
+            )
             pid = nid[a_idx]
             table.cols["feature"][pid] = hfeat[a_idx]
             table.cols["threshold"][pid] = hthr[a_idx]
@@ -435,7 +500,7 @@ def _plan_blocks(lens, m, budget, merge=1 << 12):
         cur = Ls_sorted[start:] < g_next
         cnt = int(np.sum(cur))
         if cnt and cnt * (int(g_next) - int(target[start:][cur].max())) * m <= merge:
-            target[start:start + cnt] = g_next
+            target[start : start + cnt] = g_next
         else:
             start = start + cnt
     blocks, i = [], 0
@@ -458,11 +523,16 @@ def _gather_block(samp, sampw, starts, lens, L, sentinel, xp):
     st_d, ln_d = aux[:, 0], aux[:, 1]
     pos = xp.arange(L, dtype=st_d.dtype, device=dev)
     valid = pos[None, :] < ln_d[:, None]
-    gi = xp.reshape(xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None]),
-                    (-1,))
+    gi = xp.reshape(
+        xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None]),
+        (-1,),
+    )
     sids = xp.where(valid, xp.reshape(xp.take(samp, gi), (nb, L)), sentinel)
-    ws = xp.where(valid, xp.reshape(xp.take(sampw, gi), (nb, L)),
-                  xp.zeros((nb, L), dtype=sampw.dtype, device=dev))
+    ws = xp.where(
+        valid,
+        xp.reshape(xp.take(sampw, gi), (nb, L)),
+        xp.zeros((nb, L), dtype=sampw.dtype, device=dev),
+    )
     return sids, ws, ln_d, pos, valid
 
 
@@ -472,8 +542,19 @@ def _best_split(Xflat, d, y, sids, ws, ln_d, F, mean, params, xp, *, vals, chunk
     m = int(F.shape[1])
     best = None
     for a in range(0, m, chunk):
-        res = _search(Xflat, d, y, sids, ws, ln_d, F[:, a:min(m, a + chunk)], mean, params, xp,
-                      vals=vals)
+        res = _search(
+            Xflat,
+            d,
+            y,
+            sids,
+            ws,
+            ln_d,
+            F[:, a : min(m, a + chunk)],
+            mean,
+            params,
+            xp,
+            vals=vals,
+        )
         if best is None:
             best = res
         else:
@@ -486,14 +567,16 @@ def _child_stats_host(h, K, node_mean):
     """Children's statistics from the packed device summary: class counts, or
     ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``."""
     if K:
-        cl, ct = h[:, :K], h[:, K:2 * K]
+        cl, ct = h[:, :K], h[:, K : 2 * K]
         cr = np.maximum(ct - cl, 0.0)
         return cl, cr, cl.sum(1), cr.sum(1)
     w_l, s1l, s2l, w_t, s1t, s2t = h[:, :6].T
     out = []
     for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
         ws = np.where(w > 0, w, 1.0)
-        out.append(np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1))
+        out.append(
+            np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1)
+        )
     return out[0], out[1], w_l, w_t - w_l
 
 
@@ -544,7 +627,7 @@ def _draw_features(Xflat, d, sids, lens, trees, rngs, m, known, xp):
             return Fd, vals, known
         for b in np.nonzero(need)[0]:
             slots = np.nonzero(const[b])[0][: need[b]]
-            F[b, slots] = order[b, nxt[b]:nxt[b] + need[b]]
+            F[b, slots] = order[b, nxt[b] : nxt[b] + need[b]]
             nxt[b] += need[b]
 
 
@@ -561,22 +644,26 @@ def _split_trees(table, R, params):
             value = stats / np.where(W > 0, W, 1.0)[:, None]
         else:
             value = stats[:, 0].copy()
-        out.append({
-            "feature": table["feature"][sel].copy(),
-            "threshold": table["threshold"][sel].copy(),
-            "children_left": np.where(left >= 0, remap[np.maximum(left, 0)], -1),
-            "children_right": np.where(right >= 0, remap[np.maximum(right, 0)], -1),
-            "value": value,
-            "impurity": table["impurity"][sel].copy(),
-            "n_node_samples": table["n"][sel].copy(),
-            "weighted_n_node_samples": W.copy(),
-            "max_depth": int(table["depth"][sel].max()),
-        })
+        out.append(
+            {
+                "feature": table["feature"][sel].copy(),
+                "threshold": table["threshold"][sel].copy(),
+                "children_left": np.where(left >= 0, remap[np.maximum(left, 0)], -1),
+                "children_right": np.where(right >= 0, remap[np.maximum(right, 0)], -1),
+                "value": value,
+                "impurity": table["impurity"][sel].copy(),
+                "n_node_samples": table["n"][sel].copy(),
+                "weighted_n_node_samples": W.copy(),
+                "max_depth": int(table["depth"][sel].max()),
+            }
+        )
     return out
 
 
 # ------------------------------------------------------------------ routing
-def route(X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=8):
+def route(
+    X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=8
+):
     """Leaf reached by every row of ``X``: ``(n,)``, or ``(T, n)`` for ``T``
     trees stored one after another with their roots at ``roots``.
 
@@ -595,14 +682,20 @@ def route(X, feature, threshold, left, right, depth, *, xp, roots=None, compact_
     f = xp.where(leaf, xp.zeros_like(feature), feature)
     inf = xp.asarray(xp.inf, dtype=threshold.dtype, device=dev)
     thr = xp.where(leaf, inf, threshold)
-    kids = xp.reshape(xp.stack([xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)],
-                               axis=1), (-1,))
+    kids = xp.reshape(
+        xp.stack(
+            [xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)], axis=1
+        ),
+        (-1,),
+    )
     base = xp.arange(n, dtype=idt, device=dev) * d
     T = 1 if roots is None else int(roots.shape[0])
     if roots is None:
         node = xp.zeros(n, dtype=idt, device=dev)
     else:
-        node = xp.reshape(roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,))
+        node = xp.reshape(
+            roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,)
+        )
         base = xp.reshape(xp.broadcast_to(base[None, :], (T, n)), (-1,))
     slot = xp.arange(T * n, dtype=idt, device=dev)
     done_slot, done_node = [], []

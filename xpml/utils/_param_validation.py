@@ -48,7 +48,9 @@ class Interval:
         return lo_ok and hi_ok
 
     def __str__(self):
-        kind = {numbers.Integral: "an int", numbers.Real: "a float"}.get(self.type, self.type.__name__)
+        kind = {numbers.Integral: "an int", numbers.Real: "a float"}.get(
+            self.type, self.type.__name__
+        )
         lb = "[" if self.closed in ("both", "left") else "("
         rb = "]" if self.closed in ("both", "right") else ")"
         lo = "-inf" if self.left is None else self.left
@@ -81,8 +83,10 @@ def _accepts(constraint, v):
     if constraint == "boolean":
         return isinstance(v, (bool, np.bool_))
     if constraint == "random_state":
-        return v is None or isinstance(v, (np.random.Generator, np.random.RandomState)) or (
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+        return (
+            v is None
+            or isinstance(v, (np.random.Generator, np.random.RandomState))
+            or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0)
         )
     if constraint == "array-like":
         return hasattr(v, "shape") or isinstance(v, (list, tuple))

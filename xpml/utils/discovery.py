@@ -24,13 +24,18 @@ def all_estimators(type_filter=None):
     from xpml.base import BaseEstimator
 
     import_errors.clear()
-    for info in pkgutil.walk_packages(xpml.__path__, prefix="xpml.",
-                                      onerror=lambda name: import_errors.setdefault(name, "?")):
+    for info in pkgutil.walk_packages(
+        xpml.__path__,
+        prefix="xpml.",
+        onerror=lambda name: import_errors.setdefault(name, "?"),
+    ):
         if any(info.name == s or info.name.startswith(s + ".") for s in _SKIP):
             continue
         try:
             importlib.import_module(info.name)
-        except Exception as exc:  # reported by tests/test_common.py::test_every_module_imports
+        except (
+            Exception
+        ) as exc:  # reported by tests/test_common.py::test_every_module_imports
             import_errors[info.name] = f"{type(exc).__name__}: {exc}"
     seen = {}
     stack = list(BaseEstimator.__subclasses__())
@@ -39,7 +44,9 @@ def all_estimators(type_filter=None):
         stack.extend(cls.__subclasses__())
         if cls.__name__.startswith("_") or not cls.__module__.startswith("xpml."):
             continue
-        if getattr(cls, "_xpml_abstract", False) or cls.__dict__.get("_xpml_abstract", False):
+        if getattr(cls, "_xpml_abstract", False) or cls.__dict__.get(
+            "_xpml_abstract", False
+        ):
             continue
         if type_filter and getattr(cls, "_estimator_type", None) != type_filter:
             continue

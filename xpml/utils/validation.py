@@ -47,7 +47,9 @@ def num_samples(x, name="X"):
         raise ValueError(f"{name} is None; expected an array")
     if hasattr(x, "shape"):
         if len(x.shape) == 0:
-            raise ValueError(f"{name} is a 0-d array (a scalar); expected an array of samples")
+            raise ValueError(
+                f"{name} is a 0-d array (a scalar); expected an array of samples"
+            )
         return int(x.shape[0])
     a = np.asarray(x)
     if a.ndim == 0:
@@ -79,7 +81,9 @@ def _host_prepare(x, name):
         try:
             x = np.asarray(x)
         except Exception as exc:
-            raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+            raise ValueError(
+                f"{name} could not be converted to an array: {exc}"
+            ) from exc
     if isinstance(x, np.ndarray):
         if x.dtype.kind in "c":
             raise ValueError(f"Complex data not supported; {name} has dtype {x.dtype}")
@@ -142,9 +146,13 @@ def check_array(
                 f"feature or {name}.reshape(1, -1) if it contains a single sample."
             )
         if len(shape) == 0:
-            raise ValueError(f"Expected 2D array for {name}, got a scalar (0-d array) instead")
+            raise ValueError(
+                f"Expected 2D array for {name}, got a scalar (0-d array) instead"
+            )
         want = " or ".join(f"{d}-D" for d in allowed)
-        raise ValueError(f"{name} must be a {want} array; got {len(shape)}-D with shape {shape}")
+        raise ValueError(
+            f"{name} must be a {want} array; got {len(shape)}-D with shape {shape}"
+        )
     if xp is None:
         xp = array_api_compat.array_namespace(X)
     if isinstance(X, np.ndarray) and xp is not array_api_compat.array_namespace(X):
@@ -187,7 +195,9 @@ def _assert_finite(X, xp, name):
     if bool(xp.all(xp.isfinite(X))):
         return
     if bool(xp.any(xp.isnan(X))):
-        raise ValueError(f"Input {name} contains NaN; xpml estimators need finite values in {name}")
+        raise ValueError(
+            f"Input {name} contains NaN; xpml estimators need finite values in {name}"
+        )
     raise ValueError(
         f"Input {name} contains infinity or a value too large for its dtype; "
         f"xpml estimators need finite values in {name}"
@@ -211,11 +221,21 @@ def _warn_column_vector(name):
     warnings.warn(
         f"A column-vector {name} was passed when a 1d array was expected; it is flattened "
         f"to shape (n_samples,). Pass {name}.ravel() (or {name}[:, 0]) to silence this.",
-        data_conversion_warning(), stacklevel=4)
+        data_conversion_warning(),
+        stacklevel=4,
+    )
 
 
-def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, requested=None,
-                  dtype="float"):
+def check_targets(
+    y,
+    *,
+    xp,
+    name="y",
+    n_samples=None,
+    multi_output=False,
+    requested=None,
+    dtype="float",
+):
     """Validate regression targets: 1-D (or 2-D when ``multi_output``), finite, float."""
     allowed = (1, 2) if multi_output else (1,)
     y = _host_prepare(y, name)
@@ -225,8 +245,15 @@ def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, reques
     if len(y.shape) not in allowed:
         want = "1-D" if not multi_output else "1-D or 2-D"
         raise ValueError(f"{name} must be a {want} array; got shape {tuple(y.shape)}")
-    y = check_array(y, xp=xp, name=name, ndim=allowed, dtype=dtype, requested=requested,
-                    min_samples=1)
+    y = check_array(
+        y,
+        xp=xp,
+        name=name,
+        ndim=allowed,
+        dtype=dtype,
+        requested=requested,
+        min_samples=1,
+    )
     if n_samples is not None and y.shape[0] != n_samples:
         raise ValueError(
             f"Found input variables with inconsistent numbers of samples: X has {n_samples}, "
@@ -235,8 +262,10 @@ def check_targets(y, *, xp, name="y", n_samples=None, multi_output=False, reques
     return y
 
 
-_CONTINUOUS = ("Unknown label type: continuous. {name} holds non-integer floats, which look like "
-               "a regression target; class labels must be integers, strings or integral floats")
+_CONTINUOUS = (
+    "Unknown label type: continuous. {name} holds non-integer floats, which look like "
+    "a regression target; class labels must be integers, strings or integral floats"
+)
 
 
 def encode_labels(y, *, name="y", min_classes=2):
@@ -252,7 +281,9 @@ def encode_labels(y, *, name="y", min_classes=2):
     if y is None:
         raise ValueError(f"{name} is None; this estimator needs class labels")
     if _is_sparse(y):
-        raise TypeError(f"{name} is a sparse matrix; class labels must be a dense 1-D array")
+        raise TypeError(
+            f"{name} is a sparse matrix; class labels must be a dense 1-D array"
+        )
     if not array_api_compat.is_array_api_obj(y):
         y = np.asarray(y)
     shape = tuple(y.shape)
@@ -261,10 +292,14 @@ def encode_labels(y, *, name="y", min_classes=2):
         y = y[:, 0] if not isinstance(y, np.ndarray) else y.ravel()
         shape = tuple(y.shape)
     if len(shape) != 1:
-        raise ValueError(f"{name} must be a 1-D array of class labels; got shape {shape}")
+        raise ValueError(
+            f"{name} must be a 1-D array of class labels; got shape {shape}"
+        )
     if isinstance(y, np.ndarray):
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-            raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+            raise ValueError(
+                f"Input {name} contains NaN or infinity; class labels must be finite"
+            )
         if y.dtype.kind == "f" and not np.all(y == np.round(y)):
             raise ValueError(_CONTINUOUS.format(name=name))
         if y.dtype.kind == "O":
@@ -279,7 +314,9 @@ def encode_labels(y, *, name="y", min_classes=2):
     else:
         xp = array_api_compat.array_namespace(y)
         if xp.isdtype(y.dtype, "real floating") and not bool(xp.all(xp.isfinite(y))):
-            raise ValueError(f"Input {name} contains NaN or infinity; class labels must be finite")
+            raise ValueError(
+                f"Input {name} contains NaN or infinity; class labels must be finite"
+            )
         if xp.isdtype(y.dtype, "real floating") and not bool(xp.all(y == xp.round(y))):
             raise ValueError(_CONTINUOUS.format(name=name))
         classes, codes = xp.unique_inverse(y)
@@ -288,8 +325,9 @@ def encode_labels(y, *, name="y", min_classes=2):
     if k < min_classes:
         raise ValueError(
             f"{name} has {k} class(es) but at least {min_classes} classes are required; "
-            f"got a single class {to_numpy(classes).tolist()!r}" if k == 1 else
-            f"{name} has no samples; at least {min_classes} classes are required"
+            f"got a single class {to_numpy(classes).tolist()!r}"
+            if k == 1
+            else f"{name} has no samples; at least {min_classes} classes are required"
         )
     return classes, codes
 
@@ -310,8 +348,9 @@ def decode_labels(classes, codes, ctx):
     return xp.take(classes, codes, axis=0)
 
 
-def check_sample_weight(sample_weight, n_samples, *, xp, dtype, device=None,
-                        name="sample_weight"):
+def check_sample_weight(
+    sample_weight, n_samples, *, xp, dtype, device=None, name="sample_weight"
+):
     """Return per-sample weights as a 1-D float array of length ``n_samples``.
 
     None gives ones; a number gives that constant. Weights must be finite,
@@ -321,7 +360,9 @@ def check_sample_weight(sample_weight, n_samples, *, xp, dtype, device=None,
         return xp.ones((n_samples,), dtype=dtype, device=device)
     if isinstance(sample_weight, numbers.Number):
         return xp.full((n_samples,), float(sample_weight), dtype=dtype, device=device)
-    w = check_array(sample_weight, xp=xp, name=name, ndim=1, dtype="float", min_samples=0)
+    w = check_array(
+        sample_weight, xp=xp, name=name, ndim=1, dtype="float", min_samples=0
+    )
     if w.dtype != dtype:
         w = xp.astype(w, dtype)
     if int(w.shape[0]) != n_samples:
@@ -330,9 +371,13 @@ def check_sample_weight(sample_weight, n_samples, *, xp, dtype, device=None,
             f"weight per sample"
         )
     if bool(xp.any(w < 0)):
-        raise ValueError(f"Negative values in data passed to {name}; weights must be >= 0")
+        raise ValueError(
+            f"Negative values in data passed to {name}; weights must be >= 0"
+        )
     if n_samples and not bool(xp.any(w > 0)):
-        raise ValueError(f"{name} is all zeros; at least one sample needs a positive weight")
+        raise ValueError(
+            f"{name} is all zeros; at least one sample needs a positive weight"
+        )
     return w
 
 
@@ -358,7 +403,9 @@ def check_random_state(seed):
 def check_is_fitted(estimator, attributes=None):
     """Raise :class:`NotFittedError` unless ``estimator`` has been fitted."""
     if attributes is None:
-        fitted = any(k.endswith("_") and not k.startswith("__") for k in vars(estimator))
+        fitted = any(
+            k.endswith("_") and not k.startswith("__") for k in vars(estimator)
+        )
     else:
         attributes = [attributes] if isinstance(attributes, str) else attributes
         fitted = all(hasattr(estimator, a) for a in attributes)
