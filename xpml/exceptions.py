@@ -6,7 +6,10 @@ __all__ = [
     "ConvergenceWarning",
     "SeparableDataWarning",
     "DataConversionWarning",
+    "LinAlgError",
 ]
+
+import numpy as _np
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -15,6 +18,12 @@ class NotFittedError(ValueError, AttributeError):
 
 class InvalidParameterError(ValueError, TypeError):
     """Raised at the start of ``fit`` when a hyperparameter is not allowed."""
+
+
+class LinAlgError(_np.linalg.LinAlgError):
+    """A linear-algebra step failed (a singular or non-finite system); the message
+    names the step and the likely cause. A ``ValueError`` (NumPy's LinAlgError
+    is one), so code catching either sees it."""
 
 
 class ConvergenceWarning(UserWarning):

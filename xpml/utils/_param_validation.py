@@ -27,17 +27,28 @@ __all__ = ["Interval", "Options", "validate_params"]
 
 @dataclass(frozen=True)
 class Interval:
-    """Numbers of ``type`` in an interval; ``None`` bounds are unbounded."""
+    """Numbers of ``type`` in an interval; ``None`` bounds are unbounded.
+
+    NaN is never accepted, and neither is ±inf unless ``allow_inf`` (an unbounded
+    side means "any finite number": infinity breaks the arithmetic of a fit).
+    """
 
     type: type
     left: float | None
     right: float | None
     closed: str = "both"  # "both", "left", "right", "neither"
+    allow_inf: bool = False
 
-    def accepts(self, v):
+    def accepts(self, v) -> bool:
         if isinstance(v, bool) or not isinstance(v, self.type):
             return False
         if isinstance(v, numbers.Real) and v != v:  # NaN
+            return False
+        if (
+            not self.allow_inf
+            and isinstance(v, numbers.Real)
+            and v in (float("inf"), float("-inf"))
+        ):
             return False
         lo_ok = self.left is None or (
             v >= self.left if self.closed in ("both", "left") else v > self.left
@@ -55,7 +66,8 @@ class Interval:
         rb = "]" if self.closed in ("both", "right") else ")"
         lo = "-inf" if self.left is None else self.left
         hi = "inf" if self.right is None else self.right
-        return f"{kind} in the range {lb}{lo}, {hi}{rb}"
+        finite = "" if self.allow_inf else "finite "
+        return f"{kind.replace('a ', 'a ' + finite, 1)} in the range {lb}{lo}, {hi}{rb}"
 
 
 class Options:

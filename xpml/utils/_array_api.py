@@ -1,0 +1,234 @@
+"""Backend facts in one place: devices, dtypes, library tests, the memory budget
+and the dispatch of library-specific fast paths.
+
+Algorithm code asks this module, never the arrays or namespaces directly:
+
+* ``device(x)``: the device an array lives on (all libraries, dask included);
+* ``namespace_name(xp)`` and ``is_numpy_namespace(xp)`` / ``is_cupy_namespace``
+  / ``is_torch_namespace`` / ``is_strict_namespace`` / ``is_dask_namespace``:
+  which library a namespace is, without substring tests on ``xp.__name__``;
+* ``itemsize(dtype, xp)``, ``finfo(dtype, xp)``, ``eps(dtype, xp)``;
+* ``memory_budget(override)``: the one workspace budget in bytes (default
+  512 MiB, ``XPML_MEMORY_BUDGET`` in the environment overrides it);
+* ``portable`` / ``fast_path`` / ``dispatch``: a fast path for one library is
+  registered beside its portable twin, with an ``example`` input from which the
+  test suite checks that the two agree (``tests/test_array_api.py``).
+
+The model is scikit-learn's ``utils/_array_api.py`` and array-api-extra: a
+small public wrapper over a portable implementation. Adding a backend means
+teaching ``namespace_name`` its name (and ``xpml._backend.BACKENDS`` how to
+import it); see ``docs/DEVELOPING.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+import array_api_compat
+
+__all__ = [
+    "device",
+    "namespace_name",
+    "is_numpy_namespace",
+    "is_cupy_namespace",
+    "is_torch_namespace",
+    "is_strict_namespace",
+    "is_dask_namespace",
+    "itemsize",
+    "finfo",
+    "eps",
+    "DEFAULT_MEMORY_BUDGET",
+    "memory_budget",
+    "portable",
+    "fast_path",
+    "dispatch",
+    "registered_ops",
+]
+
+# ---------------------------------------------------------------- libraries
+
+_LIBRARIES = ("numpy", "cupy", "torch", "array_api_strict", "dask", "jax", "sparse")
+
+
+def namespace_name(xp: Any) -> str:
+    """The library behind namespace ``xp``: ``"numpy"``, ``"cupy"``, ``"torch"``,
+    ``"array_api_strict"``, ``"dask"``, ``"jax"`` or the module's own name.
+
+    array-api-compat's wrapped namespaces (``array_api_compat.numpy``,
+    ``array_api_compat.torch``, ...) and the bare libraries give the same name.
+    """
+    name = getattr(xp, "__name__", "")
+    if name.startswith("array_api_compat."):
+        name = name[len("array_api_compat.") :]
+    root = name.split(".", 1)[0]
+    if root in _LIBRARIES:
+        return root
+    return name
+
+
+def is_numpy_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is NumPy (bare or array-api-compat wrapped)."""
+    return namespace_name(xp) == "numpy"
+
+
+def is_cupy_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is CuPy (bare or array-api-compat wrapped)."""
+    return namespace_name(xp) == "cupy"
+
+
+def is_torch_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is PyTorch (bare or array-api-compat wrapped)."""
+    return namespace_name(xp) == "torch"
+
+
+def is_strict_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is array-api-strict."""
+    return namespace_name(xp) == "array_api_strict"
+
+
+def is_dask_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is dask.array (bare or array-api-compat wrapped)."""
+    return namespace_name(xp) == "dask"
+
+
+# ------------------------------------------------------------------ arrays
+
+
+def device(x: Any) -> Any:
+    """The device of array ``x`` (``"cpu"`` for NumPy and dask arrays)."""
+    return array_api_compat.device(x)
+
+
+def finfo(dtype: Any, xp: Any) -> Any:
+    """``xp.finfo(dtype)``: ``eps``, ``max``, ``tiny`` ... of a real float dtype."""
+    return xp.finfo(dtype)
+
+
+def eps(dtype: Any, xp: Any) -> float:
+    """Machine epsilon of a real float dtype, as a Python float."""
+    return float(xp.finfo(dtype).eps)
+
+
+def itemsize(dtype: Any, xp: Any) -> int:
+    """Bytes per element of ``dtype`` (floats, integers and bool)."""
+    if dtype == xp.bool:
+        return 1
+    info = xp.finfo(dtype) if xp.isdtype(dtype, "real floating") else xp.iinfo(dtype)
+    return int(info.bits) // 8
+
+
+# ----------------------------------------------------------- memory budget
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20
+"""Bytes of workspace a call may allocate beside its inputs and outputs."""
+
+_BUDGET_ENV = "XPML_MEMORY_BUDGET"
+
+
+def _parse_bytes(text: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    scale = units.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in units else t
+    return int(float(number) * scale)
+
+
+def memory_budget(override: int | float | None = None) -> int:
+    """The workspace budget in bytes.
+
+    ``override`` (an estimator's ``memory_budget`` parameter) wins; otherwise
+    the environment variable ``XPML_MEMORY_BUDGET`` (bytes, or with a unit:
+    ``"2G"``, ``"256MiB"``); otherwise :data:`DEFAULT_MEMORY_BUDGET`.
+    """
+    if override is not None:
+        return int(override)
+    text = os.environ.get(_BUDGET_ENV)
+    if not text:
+        return DEFAULT_MEMORY_BUDGET
+    try:
+        value = _parse_bytes(text)
+    except (ValueError, IndexError):
+        value = -1
+    if value <= 0:
+        raise ValueError(
+            f"{_BUDGET_ENV}={text!r} is not a positive size; use bytes or a size "
+            f"with a unit such as '512M' or '2G'"
+        )
+    return value
+
+
+# ------------------------------------------------------------ fast paths
+
+
+@dataclasses.dataclass
+class _Op:
+    portable: Callable | None = None
+    fast: dict[str, Callable] = dataclasses.field(default_factory=dict)
+    examples: list[Callable] = dataclasses.field(default_factory=list)
+
+
+_OPS: dict[str, _Op] = {}
+
+
+def portable(op: str) -> Callable[[Callable], Callable]:
+    """Register the portable (array API only) implementation of ``op``."""
+
+    def register(fn: Callable) -> Callable:
+        entry = _OPS.setdefault(op, _Op())
+        if entry.portable is not None and entry.portable is not fn:
+            raise RuntimeError(f"portable implementation of {op!r} registered twice")
+        entry.portable = fn
+        return fn
+
+    return register
+
+
+def fast_path(
+    op: str, *libraries: str, example: Callable[[], tuple] | None = None
+) -> Callable[[Callable], Callable]:
+    """Register a fast implementation of ``op`` for the named libraries.
+
+    It must take the same arguments as the portable twin and return the same
+    result to rounding. ``example`` is a zero-argument function returning
+    ``(args, kwargs)`` on NumPy arrays, from which the test suite checks that
+    the two agree on every library the fast path serves (arrays are moved to
+    each library; the ``xp`` keyword is replaced by that library's namespace).
+    """
+    if not libraries:
+        raise ValueError(f"fast_path({op!r}) names no library")
+
+    def register(fn: Callable) -> Callable:
+        entry = _OPS.setdefault(op, _Op())
+        for lib in libraries:
+            entry.fast[lib] = fn
+        if example is not None:
+            entry.examples.append(example)
+        return fn
+
+    return register
+
+
+def dispatch(op: str, xp: Any, *, fast: bool = True) -> Callable:
+    """The implementation of ``op`` to call with namespace ``xp``: the fast path
+    registered for its library when there is one (and ``fast``), else the
+    portable one."""
+    entry = _OPS.get(op)
+    if entry is None or entry.portable is None:
+        raise LookupError(f"no portable implementation registered for {op!r}")
+    if fast:
+        impl = entry.fast.get(namespace_name(xp))
+        if impl is not None:
+            return impl
+    return entry.portable
+
+
+def registered_ops() -> dict[str, tuple[tuple[str, ...], int]]:
+    """``{op: (libraries with a fast path, number of examples)}``, for tests."""
+    return {k: (tuple(v.fast), len(v.examples)) for k, v in _OPS.items()}
+
+
+def _op_entry(op: str) -> _Op:
+    return _OPS[op]
