@@ -41,7 +41,7 @@ _SUBMODULES = {
     "svm",
     "tree",
     "utils",
-    "datasets",
+    "testing",
     "bench",
     "demos",
 }
