@@ -471,3 +471,58 @@ def test_bench_suite_runs(tmp_path):
     rows = json.loads((tmp_path / "bench-numpy-quick.json").read_text())["results"]
     assert {r["case"] for r in rows} == {"SVC.fit rbf", "SVC.decision_function rbf"}
     assert all(r["ratio"] > 0 for r in rows)
+
+
+# ------------------------------------------- devices, overflow, small caches
+def test_probability_on_a_non_default_device():
+    import array_api_strict as xs
+
+    Xtr, ytr, Xte, _ = _dataset("wine")
+    dev = xs.Device("device1")
+    est = SVC(probability=True, random_state=0, tol=1e-8)
+    est.fit(xs.asarray(Xtr, device=dev), xs.asarray(ytr, device=dev))
+    P = est.predict_proba(xs.asarray(Xte, device=dev))
+    assert P.device == dev
+    ref = SVC(probability=True, random_state=0, tol=1e-8).fit(Xtr, ytr)
+    P = np.asarray(P.to_device(xs.Device("CPU_DEVICE")))
+    np.testing.assert_allclose(P, ref.predict_proba(Xte), atol=1e-8)
+
+
+def test_overflowing_input_raises_a_clear_error():
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the overflow itself
+        with pytest.raises(ValueError, match="kernel values are not finite"):
+            SVC().fit(Xtr * 1e300, ytr)
+
+
+@pytest.mark.parametrize("name", ["C", "gamma", "tol", "cache_size", "coef0"])
+def test_infinite_hyperparameters_are_rejected(name):
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
+    with pytest.raises(InvalidParameterError, match=name):
+        SVC(**{name: np.inf}).fit(X, y)
+
+
+def test_zero_class_weight_error_names_class_weight():
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
+    with pytest.raises(ValueError, match="class_weight gives class 0"):
+        SVC(class_weight={0: 0}).fit(X, y)
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "wine"])
+def test_linear_coef_matches_sklearn(name):
+    Xtr, ytr, _, _ = _dataset(name)
+    ours = SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
+    ref = sk_svm.SVC(kernel="linear", tol=1e-8).fit(Xtr, ytr)
+    assert ours.coef_.shape == ref.coef_.shape
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-5)
+    assert not hasattr(SVC(kernel="rbf").fit(Xtr, ytr), "coef_")
+
+
+@pytest.mark.parametrize("cache_size", [1e-6, 0.001, 0.01])
+def test_cache_below_ten_rows_still_fits(cache_size):
+    Xtr, ytr, _, _ = _dataset("breast_cancer")
+    tiny = SVC(tol=1e-6, cache_size=cache_size).fit(Xtr, ytr)
+    big = SVC(tol=1e-6).fit(Xtr, ytr)
+    np.testing.assert_allclose(tiny.dual_objective_, big.dual_objective_, rtol=1e-8)
+    np.testing.assert_array_equal(tiny.support_, big.support_)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from xpml.utils._array_api import device
+
 __all__ = ["sigmoid_fit", "sigmoid_predict", "pairwise_coupling"]
 
 
@@ -41,7 +43,12 @@ def sigmoid_fit(f, y, *, xp, max_iter=100, min_step=1e-10, sigma=1e-12, eps=1e-5
     prior1 = float(xp.sum(xp.astype(pos, f.dtype)))
     prior0 = float(f.shape[0]) - prior1
     hi, lo = (prior1 + 1.0) / (prior1 + 2.0), 1.0 / (prior0 + 2.0)
-    t = xp.where(pos, xp.asarray(hi, dtype=f.dtype), xp.asarray(lo, dtype=f.dtype))
+    dev = device(f)
+    t = xp.where(
+        pos,
+        xp.asarray(hi, dtype=f.dtype, device=dev),
+        xp.asarray(lo, dtype=f.dtype, device=dev),
+    )
     A, B = 0.0, math.log((prior0 + 1.0) / (prior1 + 1.0))
     fval = _nll(f, t, A, B, xp=xp)
     for _ in range(max_iter):
@@ -98,7 +105,7 @@ def pairwise_coupling(R, pairs, n_classes, *, xp):
     """
     n = int(R.shape[0])
     k = n_classes
-    dev = getattr(R, "device", None)
+    dev = device(R)
     # r[:, a, b] = P(a | a or b); Q[t, t] = Σ_{j≠t} r_jt², Q[t, j] = −r_jt r_tj
     zeros = xp.zeros((n,), dtype=R.dtype, device=dev)
     r = [[zeros for _ in range(k)] for _ in range(k)]

@@ -591,7 +591,7 @@ def smo_solve(
             mask[B] = True
             alpha[xp.asarray(mask, device=dev)] = aB_new  # B is sorted: mask order
             free = to_numpy((aB_new > 0) & (aB_new < CB))
-        kept = B[free][: q // 2]
+        kept = B[free][: min(q // 2, q - 2)]  # room for a violating pair
     rows.release()
     rho = _rho(alpha, v, ypos, C, xp=xp)
     dual, primal = _objectives(alpha, v, y, C, rho, xp=xp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from numbers import Integral, Real
 
@@ -14,6 +15,7 @@ from xpml.exceptions import ConvergenceWarning
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, smo_solve
+from xpml.utils._array_api import device
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -61,7 +63,7 @@ def _callable_kernel(f):
 
     def kernel(A, B, xp):
         K = f(A, B, xp=xp) if takes_xp else f(A, B)
-        return xp.asarray(K, device=getattr(A, "device", None))
+        return xp.asarray(K, device=device(A))
 
     return kernel
 
@@ -135,6 +137,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         ``αᵢ yᵢ`` of each support vector in each one-vs-one problem (LIBSVM's
         layout); binary: ``yᵢ = +1`` for ``classes_[1]``.
     intercept_ : array (n_classes·(n_classes−1)/2,)
+    coef_ : array (n_classes·(n_classes−1)/2, n_features)
+        Weights ``w`` of each one-vs-one problem; only with ``kernel="linear"``.
     n_iter_ : int32 array (n_classes·(n_classes−1)/2,)
         SMO steps per binary problem.
     dual_objective_, primal_objective_, duality_gap_ : float arrays (n_pairs,)
@@ -290,11 +294,18 @@ class SVC(ClassifierMixin, BaseEstimator):
                     f"classes are {labels!r}"
                 )
             out[labels.index(key)] = float(w)
+        bad = np.flatnonzero(~(out > 0) | ~np.isfinite(out))
+        if bad.size:
+            raise ValueError(
+                f"class_weight gives class {labels[bad[0]]!r} the weight "
+                f"{float(out[bad[0]])}; every class weight must be a finite number > 0 "
+                f"(a class with weight 0 has no samples left to fit)"
+            )
         return out
 
     def _solve_pair(self, X, K, idx, ypm, Cvec, kspec, *, xp, label):
         """One binary dual on the samples ``idx`` (host ints); returns the result."""
-        dev = getattr(X, "device", None)
+        dev = device(X)
         idx_d = xp.asarray(idx, device=dev)
         q = self.working_set_size or _DEFAULT_Q
         if K is not None:  # precomputed
@@ -305,7 +316,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             rows = KernelRows(Xs, *kspec, xp=xp, memory_budget=self._budget(), q=q)
         y = xp.asarray(ypm, dtype=X.dtype, device=dev)
         C = xp.asarray(Cvec, dtype=X.dtype, device=dev)
-        return smo_solve(
+        res = smo_solve(
             rows,
             y,
             C,
@@ -315,6 +326,14 @@ class SVC(ClassifierMixin, BaseEstimator):
             verbose=self.verbose,
             label=label,
         )
+        if not (math.isfinite(res.rho) and math.isfinite(res.dual)):
+            raise ValueError(
+                "SVC cannot be fitted: the kernel values are not finite (they "
+                "overflow), so the dual coefficients and the intercept would be "
+                "NaN. Scale X (e.g. with StandardScaler) or lower gamma / degree / "
+                "coef0."
+            )
+        return res
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
@@ -410,7 +429,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         intercept = np.array([-r.rho for r in results])
         if k == 2:  # scikit-learn's binary convention: positive means classes_[1]
             dual, intercept = -dual, -intercept
-        dev = getattr(X, "device", None)
+        dev = device(X)
         self.support_ = xp.asarray(support.astype(np.int64), device=dev)
         if self.kernel == "precomputed":
             self.support_vectors_ = xp.zeros(
@@ -421,6 +440,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.n_support_ = n_support
         self.dual_coef_ = xp.asarray(dual, dtype=X.dtype, device=dev)
         self.intercept_ = xp.asarray(intercept, dtype=X.dtype, device=dev)
+        if self.kernel == "linear":
+            self.coef_ = self._linear_coef(xp)
         self.n_iter_ = np.array([r.n_iter for r in results], dtype=np.int32)
         self.dual_objective_ = np.array([r.dual for r in results])
         self.primal_objective_ = np.array([r.primal for r in results])
@@ -428,6 +449,21 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.violation_ = np.array([r.gap for r in results])
         self.fit_status_ = int(not all(r.converged for r in results))
         self.cache_peak_bytes_ = int(max(r.peak_bytes for r in results))
+
+    def _linear_coef(self, xp):
+        """``w`` of each one-vs-one problem (linear kernel), scikit-learn's
+        ``coef_``: ``dual_coef_ @ support_vectors_`` for two classes, else the
+        pair (i, j) row sums class i's and class j's vectors' terms."""
+        dual, SV = self.dual_coef_, self.support_vectors_
+        k = int(self.classes_.shape[0])
+        if k == 2:
+            return dual @ SV
+        start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
+        rows = []
+        for i, j in _pairs(k):
+            si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
+            rows.append(dual[j - 1, si] @ SV[si, :] + dual[i, sj] @ SV[sj, :])
+        return xp.stack(rows, axis=0)
 
     # ----------------------------------------------------------- decisions
     def _kernel_blocks_to_sv(self, X, ctx):
@@ -475,7 +511,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             # W[s, p]: coefficient of vector s in problem p (0 when in neither class)
             start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
             nsv = int(start[-1])
-            dev = getattr(dual, "device", None)
+            dev = device(dual)
 
             def zeros(m):
                 return xp.zeros((m,), dtype=dual.dtype, device=dev)
@@ -505,7 +541,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         for p, (a, b) in enumerate(pairs):
             first[p, a] = 1.0
             second[p, b] = 1.0
-        dev = getattr(raw, "device", None)
+        dev = device(raw)
         F = xp.asarray(first, dtype=raw.dtype, device=dev)
         S = xp.asarray(second, dtype=raw.dtype, device=dev)
         return F, S
@@ -555,7 +591,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         """Platt's sigmoid per pair, on decision values from 5-fold internal
         cross-validation (LIBSVM's svm_binary_svc_probability)."""
         rng = check_random_state(self.random_state)
-        dev = getattr(X, "device", None)
+        dev = device(X)
         probA, probB = [], []
         for a, b in pairs:
             idx = np.flatnonzero(((codes == a) | (codes == b)) & (Cs > 0))
@@ -610,7 +646,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         xp = ctx.xp
         raw = self._raw_decision(X, ctx)
-        dev = getattr(raw, "device", None)
+        dev = device(raw)
         A = xp.asarray(self.probA_, dtype=raw.dtype, device=dev)
         B = xp.asarray(self.probB_, dtype=raw.dtype, device=dev)
         R = sigmoid_predict(raw, A[None, :], B[None, :], xp=xp)
