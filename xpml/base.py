@@ -129,6 +129,23 @@ class Persistable:
 
         save(self, path)
 
+    @classmethod
+    def load(cls, path, *, backend=None, device=None, max_bytes=None) -> Persistable:
+        """Load a file saved from this class (or a subclass of it).
+
+        Like :func:`xpml.load`, and a file holding any other class raises
+        ``ValueError`` (an SVC file does not load as ``KMeans``).
+        """
+        from xpml._io import load
+
+        return load(
+            path,
+            backend=backend,
+            device=device,
+            max_bytes=max_bytes,
+            expected_class=cls,
+        )
+
     def __repr__(self):
         defaults = {
             p.name: p.default
