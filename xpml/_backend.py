@@ -28,6 +28,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from xpml.utils._array_api import device as array_device
+from xpml.utils._array_api import namespace_name
+
 __all__ = [
     "BACKENDS",
     "Backend",
@@ -278,11 +281,7 @@ def move(x, xp, device=None):
 
 
 def _namespace_name(xp):
-    n = xp.__name__
-    for key in ("torch", "cupy", "array_api_strict", "numpy"):
-        if key in n:
-            return key
-    return n
+    return namespace_name(xp)
 
 
 def _is_namespace(x, xp):
@@ -294,7 +293,7 @@ def _is_namespace(x, xp):
 
 def _same_device(x, device):
     try:
-        return array_api_compat.device(x) == device
+        return array_device(x) == device
     except Exception:  # pragma: no cover - exotic arrays
         return False
 
@@ -420,7 +419,7 @@ def enter(*arrays, names=None):
             if first is not None
             else _namespace("numpy")
         )
-        device = array_api_compat.device(first) if first is not None else None
+        device = array_device(first) if first is not None else None
         ctx = Context(xp, device, xp, device, be.dtype)
         return ctx, converted
 
@@ -429,12 +428,12 @@ def enter(*arrays, names=None):
     out_xp, out_device = xp, be.device
     if be.output == "input" and first is not None:
         out_xp = array_api_compat.array_namespace(first)
-        out_device = array_api_compat.device(first)
+        out_device = array_device(first)
     device = be.device
     moved = [move(a, xp, device) for a in converted]
     if device is None:
         m = next((a for a in moved if a is not None), None)
-        device = array_api_compat.device(m) if m is not None else None
+        device = array_device(m) if m is not None else None
     if out_xp is xp and be.output == "input":
         out_device = out_device if out_device is not None else device
     return Context(xp, device, out_xp, out_device, be.dtype), moved

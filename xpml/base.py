@@ -30,6 +30,7 @@ import array_api_compat
 
 from xpml._backend import enter, move
 from xpml.utils._param_validation import validate_params
+from xpml.utils._tree import tree_update
 from xpml.utils.validation import (
     check_array,
     check_consistent_length,
@@ -335,29 +336,20 @@ class BaseEstimator(Persistable):
 
 
 def _move_fitted(obj, ctx):
-    for k, v in list(vars(obj).items()):
-        if k.endswith("_") or k.startswith("_state"):
-            setattr(obj, k, _move_value(v, ctx))
+    """Move every array of the compute library in ``obj``'s state to the
+    caller's library, in place (:func:`xpml.utils._tree.tree_update`)."""
+
+    def out(a):
+        return move(a, ctx.out_xp, ctx.out_device) if _in(a, ctx.xp) else a
+
+    tree_update(obj, out)
 
 
-def _move_value(v, ctx):
-    if array_api_compat.is_array_api_obj(v) and not isinstance(v, (int, float, bool)):
-        try:
-            if array_api_compat.array_namespace(v) is ctx.xp:
-                return move(v, ctx.out_xp, ctx.out_device)
-        except TypeError:
-            return v
-        return v
-    if isinstance(v, Persistable):
-        _move_fitted(v, ctx)
-        return v
-    if isinstance(v, list):
-        return [_move_value(e, ctx) for e in v]
-    if isinstance(v, tuple):
-        return tuple(_move_value(e, ctx) for e in v)
-    if isinstance(v, dict):
-        return {k: _move_value(e, ctx) for k, e in v.items()}
-    return v
+def _in(a, xp):
+    try:
+        return array_api_compat.array_namespace(a) is xp
+    except TypeError:
+        return False
 
 
 class ClassifierMixin:

@@ -13,6 +13,7 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import clone
+from xpml.utils._array_api import device as array_device
 from xpml.utils.validation import (
     check_consistent_length,
     check_random_state,
@@ -37,7 +38,7 @@ def take_rows(a, idx):
     if not array_api_compat.is_array_api_obj(a):
         return [a[i] for i in idx]
     xp = array_api_compat.array_namespace(a)
-    return xp.take(a, xp.asarray(idx, device=array_api_compat.device(a)), axis=0)
+    return xp.take(a, xp.asarray(idx, device=array_device(a)), axis=0)
 
 
 def _split_sizes(n, test_size, train_size):

@@ -11,12 +11,13 @@ True
 from __future__ import annotations
 
 import dataclasses
+import re
 
-import array_api_compat
 import numpy as np
 
 from xpml._backend import backend, to_numpy
-from xpml.base import Persistable, clone
+from xpml.base import clone
+from xpml.utils._tree import tree_leaves
 
 __all__ = ["compare", "ParityReport", "fitted_arrays", "DEFAULT_METHODS"]
 
@@ -38,36 +39,33 @@ def _parse(spec):
     return name, device or None
 
 
+_ATTR = re.compile(r"(?:^|\.)([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _is_fitted_path(path):
+    """Every attribute named on the path is a fitted one (``name_``, not
+    ``_private``); numbers count only as attributes, not inside containers."""
+    names = _ATTR.findall(path)
+    return all(n.endswith("_") and not n.startswith("_") for n in names)
+
+
 def fitted_arrays(est, prefix=""):
     """Every learned array (and number) of a fitted estimator, as NumPy, by
-    attribute path; nested estimators and lists of them are walked."""
+    attribute path; nested estimators and containers are walked by
+    :func:`xpml.utils._tree.tree_leaves` (one rule for what is state)."""
     out = {}
-    for k, v in vars(est).items():
-        if not k.endswith("_") or k.startswith("_"):
+    for path, leaf in tree_leaves(est, prefix=prefix, numbers_too=True):
+        if not _is_fitted_path(path):
             continue
-        _collect(f"{prefix}{k}", v, out)
-    return out
-
-
-def _collect(path, v, out):
-    if isinstance(v, Persistable):
-        out.update(fitted_arrays(v, prefix=path + "."))
-    elif (
-        isinstance(v, (list, tuple))
-        and v
-        and all(
-            isinstance(e, Persistable) or array_api_compat.is_array_api_obj(e)
-            for e in v
-        )
-    ):
-        for i, e in enumerate(v):
-            _collect(f"{path}[{i}]", e, out)
-    elif array_api_compat.is_array_api_obj(v) and not isinstance(v, bool):
-        a = to_numpy(v)
+        if isinstance(leaf, (int, float, np.number)):
+            if path.endswith("]"):
+                continue
+            out[path] = np.asarray(leaf)
+            continue
+        a = to_numpy(leaf)
         if a.dtype.kind in "biuf":
             out[path] = np.asarray(a)
-    elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
-        out[path] = np.asarray(v)
+    return out
 
 
 @dataclasses.dataclass

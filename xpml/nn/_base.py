@@ -15,15 +15,15 @@ with NumPy and moved, so one seed gives the same layer on every backend.
 
 from __future__ import annotations
 
-import copy
 import numbers
 
 import array_api_compat
 
 from xpml.base import Persistable
+from xpml.utils._array_api import device as array_device
 from xpml.utils.validation import check_random_state
 
-__all__ = ["Layer", "map_arrays", "pair"]
+__all__ = ["Layer", "pair"]
 
 
 def pair(value, name, *, minimum):
@@ -43,39 +43,10 @@ def pair(value, name, *, minimum):
     return (int(value[0]), int(value[1]))
 
 
-def _is_array(v):
-    return array_api_compat.is_array_api_obj(v) and not isinstance(
-        v, (bool, numbers.Number)
-    )
-
-
-def map_arrays(value, fn):
-    """``value`` with ``fn`` applied to every array inside it.
-
-    Walks dicts, lists, tuples and Persistable objects (which are shallow-copied,
-    dropping ``_cache`` attributes); other values are returned unchanged.
-    """
-    if _is_array(value):
-        return fn(value)
-    if isinstance(value, dict):
-        return {k: map_arrays(v, fn) for k, v in value.items()}
-    if isinstance(value, list):
-        return [map_arrays(v, fn) for v in value]
-    if isinstance(value, tuple):
-        return tuple(map_arrays(v, fn) for v in value)
-    if isinstance(value, Persistable):
-        new = copy.copy(value)
-        new.__dict__ = {
-            k: map_arrays(v, fn)
-            for k, v in vars(value).items()
-            if not k.startswith("_cache")
-        }
-        return new
-    return value
-
-
 class Layer(Persistable):
     """Base class of the layers: parameter dicts, modes and lazy building."""
+
+    _xpml_abstract = True  # a base class: xpml.load refuses to build one
 
     def __init__(self):
         self.params = {}
@@ -122,7 +93,7 @@ class Layer(Persistable):
             self.build(
                 tuple(X.shape[1:]),
                 xp=xp,
-                device=array_api_compat.device(X),
+                device=array_device(X),
                 dtype=X.dtype,
             )
 

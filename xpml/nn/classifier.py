@@ -9,10 +9,10 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, clone
-from xpml.nn._base import map_arrays
 from xpml.nn.layers import Dense, ReLU
-from xpml.nn.sequential import Sequential, _move_in_place
+from xpml.nn.sequential import Sequential
 from xpml.utils._param_validation import Interval, Options
+from xpml.utils._tree import tree_map, tree_update
 from xpml.utils.validation import check_random_state, decode_labels
 
 __all__ = ["NeuralNetClassifier"]
@@ -220,7 +220,7 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
         )
         if ctx.on_backend:
             for obj in model.layers + [model.optimizer_]:
-                _move_in_place(obj, ctx.out)
+                tree_update(obj, ctx.out)
         self.model_ = model
         self.history_ = model.history
         self.loss_curve_ = list(model.history["loss"])
@@ -230,8 +230,8 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
     def _logits(self, X, ctx, batch_size=2048):
         xp = ctx.xp
         X = self._reshape(X, xp)
-        model = map_arrays(
-            self.model_, ctx.take
+        model = tree_map(
+            ctx.take, self.model_
         )  # a copy: predicting changes nothing here
         model.eval()
         n = int(X.shape[0])

@@ -22,6 +22,7 @@ import array_api_extra as xpx
 
 from xpml.nn._base import Layer, pair
 from xpml.nn.init import get_initialiser
+from xpml.utils._array_api import device as array_device
 
 __all__ = [
     "Conv2D",
@@ -55,7 +56,7 @@ def dilate_pad(X, /, stride, pad_h, pad_w, *, xp, fill=0.0, channels_first=False
         return X
     T, L = max(t, 0), max(l, 0)
     Hp, Wp = T + Hu + max(b, 0), L + Wu + max(r, 0)
-    dev = array_api_compat.device(X)
+    dev = array_device(X)
     if channels_first:
         out = xp.full((C, N, Hp, Wp), fill, dtype=X.dtype, device=dev)
         out = xpx.at(out)[:, :, T : T + Hu : sh, L : L + Wu : sw].set(
@@ -159,7 +160,7 @@ def fold(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
     else:
         _, N, Ho, Wo, C = cols.shape
         shape, lead = (N,) + tuple(padded_hw) + (C,), (slice(None),)
-    out = xp.zeros(shape, dtype=cols.dtype, device=array_api_compat.device(cols))
+    out = xp.zeros(shape, dtype=cols.dtype, device=array_device(cols))
     for i in range(kh):
         for j in range(kw):
             at = lead + (

@@ -11,6 +11,7 @@ import array_api_compat
 
 from xpml.base import Persistable
 from xpml.nn.layers import sigmoid, softmax
+from xpml.utils._array_api import device as array_device
 
 __all__ = ["SoftmaxCrossEntropy", "LogisticLoss", "MSELoss", "LOSSES", "get_loss"]
 
@@ -47,7 +48,7 @@ class SoftmaxCrossEntropy(_Loss):
         n, k = Z.shape
         shifted = Z - xp.max(Z, axis=1, keepdims=True)
         log_p = shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
-        classes = xp.arange(k, dtype=xp.int64, device=array_api_compat.device(Z))
+        classes = xp.arange(k, dtype=xp.int64, device=array_device(Z))
         onehot = xp.astype(
             xp.reshape(xp.astype(y, xp.int64), (-1, 1)) == classes, Z.dtype
         )

@@ -13,9 +13,9 @@ import numbers
 
 from xpml._backend import enter
 from xpml.base import Persistable
-from xpml.nn._base import map_arrays
 from xpml.nn.losses import LogisticLoss, MSELoss, get_loss
 from xpml.nn.optim import get_optimiser
+from xpml.utils._tree import tree_update
 from xpml.utils.validation import check_array, check_random_state
 
 __all__ = ["Sequential"]
@@ -44,15 +44,6 @@ def _snapshot(layer):
 def _drop_caches(obj):
     for k in [k for k in vars(obj) if k.startswith("_cache")]:
         delattr(obj, k)
-
-
-def _move_in_place(obj, fn):
-    """Apply ``fn`` to the arrays of ``obj`` (a layer or optimiser), keeping the object."""
-    if obj is None:
-        return
-    for k, v in list(vars(obj).items()):
-        if not k.startswith("_cache"):
-            setattr(obj, k, map_arrays(v, fn))
 
 
 class Sequential(Persistable):
@@ -167,7 +158,8 @@ class Sequential(Persistable):
         ctx, (X, y) = enter(X, y, names=("X", "y"))
         X = check_array(X, xp=ctx.xp, name="X", ndim=(2, 3, 4), requested=ctx.dtype)
         for obj in self._layers() + [getattr(self, "optimizer_", None)]:
-            _move_in_place(obj, ctx.take)
+            if obj is not None:
+                tree_update(obj, ctx.take)
         if y is not None:
             if int(y.shape[0]) != int(X.shape[0]):
                 raise ValueError(

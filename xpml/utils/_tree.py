@@ -7,8 +7,10 @@ structure, so they share this walker and its rule:
 
 * containers: ``dict`` (values), ``list``, ``tuple``;
 * an xpml object (:class:`xpml.base.Persistable`): its **state**, i.e. every
-  attribute that is not a constructor parameter and does not start with
-  ``_cache`` (caches are rebuilt, never moved, saved or compared);
+  attribute that does not start with ``_cache`` (caches are rebuilt, never
+  moved, saved or compared). Constructor parameters are walked too, since some
+  hold trained objects (``Sequential(layers=...)``); a function applied to
+  "arrays of the compute library" leaves a caller's parameter arrays alone;
 * leaves: arrays of any array-API library (Python and NumPy scalars are not
   arrays here).
 """
@@ -39,11 +41,10 @@ def _is_object(v: Any) -> bool:
 
 
 def state_items(obj: Any) -> Iterator[tuple[str, Any]]:
-    """``(name, value)`` of each state attribute of an xpml object: not a
-    constructor parameter, not a ``_cache`` attribute."""
-    params = set(obj._get_param_names())
+    """``(name, value)`` of each state attribute of an xpml object: every
+    attribute that does not start with ``_cache``."""
     for name, value in vars(obj).items():
-        if name not in params and not name.startswith("_cache"):
+        if not name.startswith("_cache"):
             yield name, value
 
 
@@ -51,7 +52,7 @@ def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
     """``value`` with ``fn`` applied to every array inside it.
 
     Containers are rebuilt; xpml objects are shallow-copied with their state
-    mapped (parameters kept, caches dropped). The input is not modified.
+    mapped (caches dropped). The input is not modified.
     """
     if is_array(value):
         return fn(value)
@@ -63,12 +64,7 @@ def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
         return tuple(tree_map(fn, v) for v in value)
     if _is_object(value):
         new = copy.copy(value)
-        params = set(value._get_param_names())
-        new.__dict__ = {
-            k: (v if k in params else tree_map(fn, v))
-            for k, v in vars(value).items()
-            if not k.startswith("_cache")
-        }
+        new.__dict__ = {k: tree_map(fn, v) for k, v in state_items(value)}
         return new
     return value
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from xpml._backend import float_dtype, library_name, to_numpy
 from xpml.exceptions import data_conversion_warning, not_fitted_error
+from xpml.utils._array_api import device as array_device
 
 __all__ = [
     "check_array",
@@ -183,7 +184,7 @@ def _cast(X, xp, dtype, requested, name):
             raise ValueError(f"{name} must be numeric; got dtype {X.dtype}")
         if requested is None or not is_float:
             return X
-    dev = array_api_compat.device(X)
+    dev = array_device(X)
     target = float_dtype(xp, dev, requested, like=X.dtype if is_float else None)
     if X.dtype == target:
         return X
@@ -340,11 +341,11 @@ def decode_labels(classes, codes, ctx):
         return classes[to_numpy(codes)]
     xp = array_api_compat.array_namespace(codes)
     if library_name(classes) != library_name(codes) or (
-        array_api_compat.device(classes) != array_api_compat.device(codes)
+        array_device(classes) != array_device(codes)
     ):
         from xpml._backend import move
 
-        classes = move(classes, xp, array_api_compat.device(codes))
+        classes = move(classes, xp, array_device(codes))
     return xp.take(classes, codes, axis=0)
 
 
