@@ -5,9 +5,11 @@ import json
 import os
 import pickle
 import stat
+import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from xpml.linear_model import LinearRegression
 def _linear_doc(state, params=None):
     return {
         "__object__": "LinearRegression",
+        "module": LinearRegression.__module__,
         "params": params or {},
         "state": state,
     }
@@ -233,3 +236,276 @@ def test_save_and_load_through_file_objects(tmp_path):
     model.save(buf)
     buf.seek(0)
     np.testing.assert_array_equal(xpml.load(buf).predict(X), model.predict(X))
+
+
+# ------------------------------------------------------- bounded, checked load
+_HEAD = {"format": "xpml-model", "format_version": 1}
+
+
+def _deflate(*parts):
+    """A raw deflate stream of ``(data, repeats)`` parts made cheaply: each part
+    is compressed once, ends on a full flush (byte-aligned, no history) and is
+    repeated; an empty final block closes the stream."""
+    out = []
+    for data, reps in parts:
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        out.append((c.compress(data) + c.flush(zlib.Z_FULL_FLUSH)) * reps)
+    out.append(zlib.compressobj(9, zlib.DEFLATED, -15).flush())
+    return b"".join(out)
+
+
+def _raw_zip(path, entries):
+    """Write a zip by hand so a test can lie: ``entries`` are ``(name, payload,
+    crc, declared uncompressed size, method)`` with the payload already
+    compressed (raw deflate for method 8, as is for method 0)."""
+    out, central = bytearray(), bytearray()
+    for name, payload, crc, size, method in entries:
+        n, offset = name.encode(), len(out)
+        out += struct.pack(
+            "<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21,
+            crc, len(payload), size, len(n), 0,
+        ) + n + payload  # fmt: skip
+        central += struct.pack(
+            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21,
+            crc, len(payload), size, len(n), 0, 0, 0, 0, 0, offset,
+        ) + n  # fmt: skip
+    end = struct.pack(
+        "<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries),
+        len(central), len(out), 0,
+    )  # fmt: skip
+    path.write_bytes(bytes(out + central + end))
+    return path
+
+
+def _json_entry(doc):
+    raw = json.dumps(doc).encode()
+    return ("model.json", raw, zlib.crc32(raw), len(raw), 0)
+
+
+def _npy_header(shape, dtype="<f8"):
+    buf = io.BytesIO()
+    header = {"descr": dtype, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
+def _coef_file(path, entry):
+    """A LinearRegression file whose ``coef_`` is the array entry given."""
+    doc = {**_HEAD, "object": _linear_doc({"coef_": {"__array__": "a0"}})}
+    return _raw_zip(path, [_json_entry(doc), entry])
+
+
+GiB = 1024**3
+_ZEROS = bytes(1 << 24)  # 16 MiB
+
+
+def _crafted_files(folder):
+    """``{name: (path, max_bytes)}`` of small files that would inflate or
+    allocate far past the budget."""
+    files = {}
+    bomb = _deflate((_ZEROS, 3 * GiB // len(_ZEROS)))  # ~3 MB inflating to 3 GiB
+    files["declares 3 GiB"] = (
+        _coef_file(folder / "bomb.xpml", ("arrays/a0.npy", bomb, 0, 3 * GiB, 8)),
+        None,
+    )
+    head = _npy_header((16,))
+    lying = _deflate((head + bytes(128), 1), (_ZEROS, 3 * GiB // len(_ZEROS)))
+    files["declares 256 bytes, inflates to 3 GiB"] = (
+        _coef_file(folder / "lie.xpml", ("arrays/a0.npy", lying, 0, len(head) + 128, 8)),
+        None,
+    )  # fmt: skip
+    huge = _npy_header((GiB // 8,))  # 1 GiB of float64 in a 1 MB entry
+    stored = huge + bytes(1 << 20)
+    files["npy header claims 1 GiB"] = (
+        _coef_file(folder / "shape.xpml", ("arrays/a0.npy", stored, zlib.crc32(stored), len(stored), 0)),
+        None,
+    )  # fmt: skip
+    short = _deflate((huge, 1), (_ZEROS[: 1 << 20], 1))
+    crc = zlib.crc32(huge + _ZEROS[: 1 << 20])  # right for what it holds
+    files["declares 1 GiB, holds 1 MB"] = (
+        _coef_file(folder / "short.xpml", ("arrays/a0.npy", short, crc, len(huge) + GiB, 8)),
+        None,
+    )  # fmt: skip
+    files["1 GiB over max_bytes=512 MiB"] = (folder / "short.xpml", 512 * 1024**2)
+    return files
+
+
+_BOMB_CHILD = r"""
+import json, resource, sys, time
+import xpml
+
+cases = json.loads(sys.argv[1])
+report = {}
+for name, (path, max_bytes) in cases.items():
+    t = time.perf_counter()
+    try:
+        xpml.load(path, max_bytes=max_bytes)
+        outcome = "loaded"
+    except ValueError as exc:
+        outcome = "ValueError: " + str(exc)
+    except BaseException as exc:
+        outcome = type(exc).__name__ + ": " + str(exc)
+    report[name] = [outcome, time.perf_counter() - t]
+# ru_maxrss survives exec on Linux (it starts at the parent's peak), so read
+# this address space's own high-water mark where /proc has it
+try:
+    hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")]
+    report["peak_rss_mb"] = int(hwm[0].split()[1]) / 1024
+except (OSError, IndexError):
+    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(report))
+"""
+
+
+def test_crafted_files_refused_fast_with_little_memory(tmp_path):
+    """Each file is a few MB that would inflate to GiBs; each is refused with
+    ValueError, and the whole child process peaks under 200 MB of resident
+    memory (measured there: VmHWM, else getrusage); times are reported, not
+    asserted."""
+    pytest.importorskip("resource")
+    files = _crafted_files(tmp_path)
+    assert max(p.stat().st_size for p, _ in files.values()) < 4 * 1024**2
+    cases = {k: [str(p), m] for k, (p, m) in files.items()}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOMB_CHILD, json.dumps(cases)],
+        env={k: v for k, v in _child_env().items() if k != "XPML_LOAD_MAX_BYTES"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    peak = report.pop("peak_rss_mb")
+    print(f"\npeak RSS {peak:.0f} MB; seconds per file:")
+    for name, (outcome, seconds) in report.items():
+        print(f"  {seconds:.3f} s  {name}: {outcome.split('file: ')[-1][:100]}")
+        assert outcome.startswith("ValueError: "), (name, outcome)
+        assert "not a valid xpml model file" in outcome
+    assert "max_bytes" in report["declares 3 GiB"][0]
+    assert "crc" in report["declares 256 bytes, inflates to 3 GiB"][0].lower()
+    assert "declares shape" in report["npy header claims 1 GiB"][0]
+    assert "truncated" in report["declares 1 GiB, holds 1 MB"][0]
+    assert "max_bytes=536870912" in report["1 GiB over max_bytes=512 MiB"][0]
+    assert peak < 200, f"peak RSS {peak:.0f} MB"
+
+
+def test_budget_parameter_and_environment_variable(tmp_path, monkeypatch):
+    model, X = _fitted()
+    path = tmp_path / "m.xpml"
+    model.save(path)
+    with pytest.raises(ValueError, match="max_bytes=100;.*XPML_LOAD_MAX_BYTES"):
+        xpml.load(path, max_bytes=100)
+    with pytest.raises(ValueError, match="max_bytes=100;"):
+        LinearRegression.load(path, max_bytes=100)
+    monkeypatch.setenv("XPML_LOAD_MAX_BYTES", "100")
+    with pytest.raises(ValueError, match="max_bytes=100;"):
+        xpml.load(path)
+    np.testing.assert_array_equal(
+        xpml.load(path, max_bytes=10**6).predict(X), model.predict(X)
+    )
+    monkeypatch.setenv("XPML_LOAD_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match="XPML_LOAD_MAX_BYTES must be a positive"):
+        xpml.load(path)
+    monkeypatch.delenv("XPML_LOAD_MAX_BYTES")
+    with pytest.raises(ValueError, match="max_bytes must be a positive"):
+        xpml.load(path, max_bytes=0)
+    with pytest.raises(TypeError, match="max_bytes must be a positive int"):
+        xpml.load(path, max_bytes=1e9)
+
+
+def test_npy_headers_checked_before_allocating(tmp_path):
+    def stored(name, data):
+        return _coef_file(tmp_path / name, ("arrays/a0.npy", data, zlib.crc32(data), len(data), 0))  # fmt: skip
+
+    cases = {
+        "shape": (_npy_header((GiB,)) + bytes(64), "declares shape"),
+        "dtype": (_npy_header((2,), "|O") + bytes(16), "dtype object"),
+        "struct": (_npy_header((2,), [("a", "<f8")]) + bytes(16), "not allowed"),
+        "datetime": (_npy_header((2,), "<M8[s]") + bytes(16), "not allowed"),
+        "ndim": (_npy_header((1,) * 40) + bytes(8), "dimensions"),
+        "magic": (b"\x93NUMPY\x09\x00" + bytes(64), "bad .npy header"),
+        "short": (_npy_header((4,)) + bytes(8), "declares shape"),
+    }
+    for name, (data, message) in cases.items():
+        with pytest.raises(ValueError, match=message):
+            xpml.load(stored(f"{name}.xpml", data))
+
+
+def test_deep_nesting_refused(tmp_path):
+    for depth, message in ((70, "nested more than 64"), (100_000, "nested too deeply")):
+        text = (
+            '{"format": "xpml-model", "format_version": 1, "object": '
+            '{"__object__": "LinearRegression", "params": {}, "state": {"x_": '
+            + "[" * depth + "]" * depth + "}}}"
+        )  # fmt: skip
+        raw = text.encode()
+        p = _raw_zip(tmp_path / f"d{depth}.xpml", [("model.json", raw, zlib.crc32(raw), len(raw), 0)])  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            xpml.load(p)
+
+
+def test_folder_and_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="is a folder"):
+        xpml.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        xpml.load(tmp_path / "nothing.xpml")
+
+
+def test_class_checked(tmp_path):
+    from _data import blobs
+
+    from xpml.base import BaseEstimator
+    from xpml.cluster import KMeans
+    from xpml.svm import SVC
+
+    X, y = blobs()
+    path = tmp_path / "svc.xpml"
+    SVC().fit(X, y).save(path)
+    assert type(SVC.load(path)) is SVC and type(BaseEstimator.load(path)) is SVC
+    with pytest.raises(ValueError, match="it holds a SVC, not a KMeans"):
+        KMeans.load(path)
+    for name in ("BaseEstimator", "Layer"):
+        doc = {**_HEAD, "object": {"__object__": name, "params": {}, "state": {}}}
+        p = _raw_zip(tmp_path / f"{name}.xpml", [_json_entry(doc)])
+        with pytest.raises(ValueError, match="base class"):
+            xpml.load(p)
+
+
+def test_attribute_names_checked(tmp_path):
+    cases = {
+        "predict": "would hide LinearRegression.predict",
+        "score": "would hide",
+        "__class__": "not allowed",
+        "for": "not allowed",
+        "a-b": "not allowed",
+        "fit_intercept": "repeats a parameter",
+    }
+    for i, (attr, message) in enumerate(cases.items()):
+        doc = {**_HEAD, "object": _linear_doc({attr: 1})}
+        with pytest.raises(ValueError, match=message):
+            xpml.load(_raw_zip(tmp_path / f"{i}.xpml", [_json_entry(doc)]))
+
+
+def _with_coef(tmp_path, name, coef, n_features=4):
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, coef)
+    data = buf.getvalue()
+    state = {"coef_": {"__array__": "a0"}, "n_features_in_": n_features}
+    doc = {**_HEAD, "object": _linear_doc(state)}
+    entry = ("arrays/a0.npy", data, zlib.crc32(data), len(data), 0)
+    return _raw_zip(tmp_path / name, [_json_entry(doc), entry])
+
+
+def test_fitted_shapes_and_dtypes_checked(tmp_path):
+    ok = xpml.load(_with_coef(tmp_path, "ok.xpml", np.ones(4)))
+    assert ok.coef_.shape == (4,) and ok.n_features_in_ == 4
+    bad = {
+        "wide": (np.ones(5), "coef_ has shape \\(5,\\); its last axis"),
+        "scalar": (np.float64(1.0), "coef_ has shape \\(\\)"),
+        "strings": (np.array(["a", "b", "c", "d"]), "coef_ must be a numeric array"),
+    }
+    for name, (coef, message) in bad.items():
+        with pytest.raises(ValueError, match=message):
+            xpml.load(_with_coef(tmp_path, f"{name}.xpml", np.asarray(coef)))
+    with pytest.raises(ValueError, match="n_features_in_ is 'four'"):
+        xpml.load(_with_coef(tmp_path, "n.xpml", np.ones(4), "four"))
