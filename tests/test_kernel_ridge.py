@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 
 from xpml.exceptions import InvalidParameterError
-from xpml.kernel_ridge import (
-    KernelRidge,
-    _cho_solve,
-    _inv_sq_frobenius,
-    _solve_triangular,
-)
+from xpml.kernel_ridge import KernelRidge, _solve_triangular_portable
 from xpml.kernels import poly2_features
+from xpml.utils._array_api import dispatch
 
 sk_kr = pytest.importorskip("sklearn.kernel_ridge")
 
@@ -161,32 +157,49 @@ def test_fifteen_noisy_sine_points_sigma_and_lambda_behaviour():
     assert all(np.diff(dofs) < 0) and all(np.diff(errs) > 0)
 
 
-@pytest.mark.parametrize("lib", ["numpy", "torch"])
-def test_fast_and_portable_triangular_solves_agree(lib):
-    """The LAPACK/torch dispatch and the portable blocked substitution agree."""
+def test_fast_and_portable_cholesky_paths_agree(xp):
+    """The registered fast paths (SciPy LAPACK / torch / CuPy) and the portable
+    blocked substitution agree with NumPy's dense answers."""
     rng = np.random.default_rng(1)
     n = 300  # two blocks of the portable substitution
     A = rng.normal(size=(n, n))
     A = A @ A.T / n + np.eye(n)
     B = rng.normal(size=(n, 3))
-    if lib == "torch":
-        torch = pytest.importorskip("torch")
-        import array_api_compat.torch as xp
+    ns = xp.xp
+    Ax, Bx = xp.asarray(A), xp.asarray(B)
+    ref = np.linalg.solve(A, B)
+    tr = np.trace(np.linalg.inv(A))
+    for fast in (True, False):
+        L = dispatch("kernel_ridge.cholesky", ns, fast=fast)(Ax, xp=ns)
+        np.testing.assert_allclose(xp.to_numpy(L), np.linalg.cholesky(A), atol=1e-12)
+        X = dispatch("kernel_ridge.cho_solve", ns, fast=fast)(L, Bx, xp=ns)
+        assert _rel(xp.to_numpy(X), ref) < 1e-10
+        inv = dispatch("kernel_ridge.inv_sq_frobenius", ns, fast=fast)(L, xp=ns)
+        assert abs(float(inv) - tr) < 1e-10 * tr
+    np.testing.assert_array_equal(xp.to_numpy(Ax), A)  # overwrite=False kept A
+    Lt = np.linalg.cholesky(A)
+    Z = xp.to_numpy(
+        _solve_triangular_portable(xp.asarray(Lt), Bx, xp=ns, transpose=True)
+    )
+    assert _rel(Z, np.linalg.solve(Lt.T, B)) < 1e-12
 
-        A, B = torch.asarray(A), torch.asarray(B)
-    else:
-        xp = xnp
-    L = xp.linalg.cholesky(A)
-    for t in (False, True):
-        fast = np.asarray(_solve_triangular(L, B, xp=xp, transpose=t))
-        port = np.asarray(_solve_triangular(L, B, xp=xp, transpose=t, portable=True))
-        assert _rel(port, fast) < 1e-12
-    ref = np.linalg.solve(np.asarray(A), np.asarray(B))
-    assert _rel(np.asarray(_cho_solve(L, B, xp=xp)), ref) < 1e-10
-    assert _rel(np.asarray(_cho_solve(L, B, xp=xp, portable=True)), ref) < 1e-10
-    tr = np.trace(np.linalg.inv(np.asarray(A)))
-    assert abs(float(_inv_sq_frobenius(L, xp=xp)) - tr) < 1e-10 * tr
-    assert abs(float(_inv_sq_frobenius(L, xp=xp, portable=True)) - tr) < 1e-10 * tr
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_not_positive_definite_factor_is_none(fast):
+    A = np.diag([1.0, -1.0, 2.0])
+    assert dispatch("kernel_ridge.cholesky", xnp, fast=fast)(A, xp=xnp) is None
+
+
+def test_numpy_factor_is_in_place_when_allowed():
+    pytest.importorskip("scipy")
+    rng = np.random.default_rng(2)
+    G = rng.normal(size=(50, 50))
+    A = G @ G.T + 50 * np.eye(50)
+    L = dispatch("kernel_ridge.cholesky", xnp)(A.copy(), xp=xnp)
+    A2 = A.copy()
+    L2 = dispatch("kernel_ridge.cholesky", xnp)(A2, xp=xnp, overwrite=True)
+    assert np.shares_memory(L2, A2)
+    np.testing.assert_allclose(L2, L, rtol=0, atol=0)
 
 
 def test_not_positive_definite_falls_back_to_least_squares():

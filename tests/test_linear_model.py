@@ -427,3 +427,52 @@ def test_blocked_products_equal_one_block(xp):
         np.testing.assert_allclose(
             xp.to_numpy(b), xp.to_numpy(a), rtol=1e-12, atol=1e-12
         )
+
+
+# ------------------------------------------------ rank cut-off (issue 11.5)
+def test_nearly_collinear_columns_share_the_weight_and_warn(xp):
+    """x₂ = x₁ + 1e-10·noise: scikit-learn (lstsq, cond=1e-6) gives ~1.0 each;
+    the old ``max(n, d)·eps`` cut-off kept σ₂ ~ 1e-9 and gave ±6e7."""
+    from xpml.linear_model._base import RankDeficiencyWarning
+
+    rng = np.random.default_rng(0)
+    n = 200
+    x1 = rng.standard_normal(n)
+    X = np.c_[x1, x1 + 1e-10 * rng.standard_normal(n)]
+    y = 2 * x1 + 0.1 * rng.standard_normal(n)
+    ref = sk.LinearRegression().fit(X, y)
+    with pytest.warns(RankDeficiencyWarning, match="rank deficient"):
+        reg = LinearRegression().fit(xp.asarray(X), xp.asarray(y))
+    assert reg.rank_ == 1
+    np.testing.assert_allclose(xp.to_numpy(reg.coef_), ref.coef_, rtol=1e-6)
+    np.testing.assert_allclose(float(reg.intercept_), float(ref.intercept_), atol=1e-8)
+
+
+def test_float32_large_n_keeps_a_real_direction():
+    """float32, n = 500,000, σ₂/σ₁ = 0.015: ``max(n, d)·eps`` = 0.06 dropped σ₂
+    (rank 1, residual 2.5x the true one); the relative cut-off keeps it."""
+    rng = np.random.default_rng(0)
+    n = 500_000
+    x1 = rng.standard_normal(n)
+    X = np.c_[x1, x1 + 0.03 * rng.standard_normal(n)].astype(np.float32)
+    y = (x1 + 5 * X[:, 1] + rng.standard_normal(n)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # full rank: no warning
+        reg = LinearRegression().fit(X, y)
+    assert reg.rank_ == 2
+    ref = np.linalg.lstsq(
+        np.c_[X.astype(np.float64), np.ones(n)], y.astype(np.float64), rcond=None
+    )[0]
+    np.testing.assert_allclose(reg.coef_, ref[:2], rtol=1e-3)
+
+
+def test_ridge_dual_at_alpha_zero_is_least_squares(xp):
+    """XXᵀ is singular at α = 0 when n > d: the dual solver routes to the SVD
+    (minimum-norm least squares) instead of fitting 28x worse."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 20))
+    y = X @ rng.standard_normal(20) + 0.1 * rng.standard_normal(300)
+    ref = sk.LinearRegression().fit(X, y)
+    r = Ridge(alpha=0.0, solver="dual").fit(xp.asarray(X), xp.asarray(y))
+    assert r.solver_ == "svd"
+    np.testing.assert_allclose(xp.to_numpy(r.coef_), ref.coef_, rtol=1e-8)

@@ -11,6 +11,7 @@ posterior is exactly the logistic function ``P(y = 1 | x) = σ(θ₀ + θᵀx)``
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -18,7 +19,15 @@ from array_api_compat import device as _device
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.linear_model._base import LinearClassifierMixin, logsumexp, psd_lstsq, sigmoid
+from xpml.linear_model._base import (
+    LinearClassifierMixin,
+    check_finite_result,
+    linalg_errors,
+    logsumexp,
+    non_finite_error,
+    psd_lstsq,
+    sigmoid,
+)
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import decode_labels
 
@@ -152,7 +161,10 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
             Sigma = (1.0 - s) * Sigma + s * mu * xp.eye(
                 d, dtype=X.dtype, device=ctx.device
             )
-        Theta = psd_lstsq(Sigma, means.T, xp=xp)  # (d, K): Σ⁺ μ_k
+        owner = type(self).__name__
+        with linalg_errors(X, xp=xp, what="covariance", owner=owner):
+            Theta = psd_lstsq(Sigma, means.T, xp=xp)  # (d, K): Σ⁺ μ_k
+        check_finite_result(Theta, X, xp=xp, what="coefficients", owner=owner)
         coef = Theta.T
         intercept = -0.5 * xp.sum(means * coef, axis=1) + xp.log(priors)
         self.priors_ = priors
@@ -276,14 +288,20 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             idx = xp.asarray(np.flatnonzero(host == k), device=ctx.device)
             Xk = xp.take(X, idx, axis=0) - means[k, :]
             nk = int(Xk.shape[0])
-            _, S, Vt = xp.linalg.svd(Xk, full_matrices=nk < d)
+            with linalg_errors(X, xp=xp, what="class SVD", owner=type(self).__name__):
+                _, S, Vt = xp.linalg.svd(Xk, full_matrices=nk < d)
             S2 = (S * S) / nk  # ML variances
             if nk < d:  # unseen directions
                 S2 = xp.concat(
                     [S2, xp.zeros((d - nk,), dtype=X.dtype, device=ctx.device)]
                 )
             S2 = (1.0 - r) * S2 + r
-            if float(xp.min(S2)) <= d * eps * float(xp.max(S2)):
+            lo, hi = to_numpy(xp.stack([xp.min(S2), xp.max(S2)])).tolist()  # one sync
+            if not math.isfinite(hi):  # squares overflowed: not a collinearity
+                raise non_finite_error(
+                    X, xp=xp, what="class covariance", owner=type(self).__name__
+                )
+            if lo <= d * eps * hi:
                 raise ValueError(
                     f"the covariance of class {to_numpy(self.classes_)[k]!r} is singular "
                     f"(its {nk} samples span fewer than d={d} directions, or features are "

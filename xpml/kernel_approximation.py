@@ -26,6 +26,7 @@ from xpml.kernels import (
     kernel_matrix,
     resolve_kernel_params,
 )
+from xpml.linear_model._base import check_finite_result, linalg_errors
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -279,7 +280,11 @@ or callable, default="rbf"
         basis = xp.take(X, inds, axis=0)
         kernel, p = self._kernel_and_params(int(X.shape[1]))
         K_LL = kernel_matrix(basis, basis, kernel, p, xp=xp, symmetric=True)
-        self.normalization_, _ = _inverse_sqrt_psd(K_LL, xp=xp)
+        owner = type(self).__name__
+        with linalg_errors(X, xp=xp, what="landmark kernel matrix", owner=owner):
+            N, _ = _inverse_sqrt_psd(K_LL, xp=xp)
+        check_finite_result(N, X, xp=xp, what="normalization_ K_LL^{-1/2}", owner=owner)
+        self.normalization_ = N
         self.components_ = basis
         self.component_indices_ = inds
         return self._fitted(ctx)

@@ -2,23 +2,27 @@
 
 The kernel matrix comes from the Gram engine (:mod:`xpml.kernels`), so every
 kernel it knows works here, plus ``"precomputed"`` and callables written on the
-array namespace. The solve factors ``K + λI = L Lᵀ`` with
-``xp.linalg.cholesky`` and applies the factor by two triangular solves.
+array namespace. The solve factors ``K + λI = L Lᵀ`` and applies the factor by
+two triangular solves.
 
-The array API has no triangular solve. The portable path is blocked forward /
-back substitution: for each block of ``b`` rows, subtract the contribution of
-the blocks already solved (one matrix product) and solve the small ``b×b``
-diagonal block with ``xp.linalg.solve``. That is ``O(n²k + nb²)`` work in
-``n/b`` sequential steps of matrix products (GPU friendly); the ``b×b`` solves
-use a general LU, which is backward stable on a triangular matrix. NumPy
-(SciPy's LAPACK ``trtrs`` and ``trtri``, when SciPy is installed) and PyTorch
-(``torch.linalg.solve_triangular``) take a native fast path behind
-:func:`_solve_triangular` / :func:`_inv_sq_frobenius`; a test checks that the
-paths agree.
+Three operations have a LAPACK-backed fast path registered with
+:func:`xpml.utils._array_api.fast_path` beside their portable twins (a test
+checks that they agree): the factorisation (NumPy: SciPy's ``potrf`` **in
+place** on the kernel matrix this module made, so a default fit holds one
+``n × n`` array; PyTorch: ``cholesky_ex``; CuPy: ``cholesky`` with a finiteness
+check, since it does not raise), the solve (``potrs`` / ``cholesky_solve`` /
+``solve_triangular``) and ``‖L⁻¹‖²_F`` (``trtri`` / ``cholesky_inverse``). The
+array API has no triangular solve: the portable path is blocked forward / back
+substitution, for each block of ``b`` rows one matrix product with the blocks
+already solved and one small ``b×b`` ``xp.linalg.solve`` (GPU friendly).
 
-``effective_dof_ = n − λ‖L⁻¹‖²_F`` needs ``L⁻¹``: one triangular inversion,
-about as costly as the factorisation itself, so ``compute_dof=False`` roughly
-halves the solve time for large ``n``.
+``effective_dof_ = n − λ‖L⁻¹‖²_F`` needs ``L⁻¹``, a triangular inversion about
+as costly as the factorisation, so by default (``compute_dof="lazy"``) it is not
+computed in ``fit``: the first read of ``effective_dof_`` rebuilds the factor
+from the stored training data (``X_fit_`` and the sample weights) and caches the
+value in memory (``_cache_effective_dof``, not saved: after ``xpml.load`` the
+first read recomputes it). ``compute_dof=True`` computes it in ``fit`` from the
+factor at hand (cheaper when it will be read anyway).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import functools
 import warnings
 from numbers import Real
 
-import array_api_compat
 import array_api_extra as xpx
+import numpy as np
 
+from xpml._backend import enter
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.kernels import (
     KERNELS,
@@ -38,7 +43,15 @@ from xpml.kernels import (
     kernel_matrix,
     resolve_kernel_params,
 )
+from xpml.linear_model._base import (
+    check_finite_result,
+    linalg_error_types,
+    non_finite_error,
+)
+from xpml.utils._array_api import device, dispatch, fast_path, portable
+from xpml.utils._math import all_finite
 from xpml.utils._param_validation import Interval, Options
+from xpml.utils.validation import check_is_fitted
 
 __all__ = ["KernelRidge"]
 
@@ -82,97 +95,178 @@ def _solve_triangular_portable(L, B, /, *, xp, transpose=False, block=_BLOCK):
     return xp.concat(done[::-1], axis=0)
 
 
-def _solve_triangular(L, B, /, *, xp, transpose=False, portable=False):
-    """``L⁻¹B`` or ``L⁻ᵀB``: LAPACK (NumPy via SciPy) or torch where available,
-    else the portable blocked substitution."""
-    if not portable and array_api_compat.is_numpy_namespace(xp):
-        try:
-            from scipy.linalg import solve_triangular
-        except ImportError:  # SciPy is optional: fall through to the portable path
-            pass
-        else:
-            return solve_triangular(
-                L, B, lower=True, trans="T" if transpose else "N", check_finite=False
-            )
-    if not portable and array_api_compat.is_torch_namespace(xp):
-        import torch
-
-        if transpose:
-            return torch.linalg.solve_triangular(L.mT, B, upper=True)
-        return torch.linalg.solve_triangular(L, B, upper=False)
-    return _solve_triangular_portable(L, B, xp=xp, transpose=transpose)
+def _spd_example():
+    """A 300×300 SPD matrix (two portable blocks) and two right-hand sides."""
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((300, 20))
+    A = np.exp(-0.05 * ((G[:, None, :] - G[None, :, :]) ** 2).sum(-1)) + np.eye(300)
+    return A, rng.standard_normal((300, 2))
 
 
-def _cho_solve(L, B, /, *, xp, portable=False):
-    """``(L Lᵀ)⁻¹ B``."""
-    Z = _solve_triangular(L, B, xp=xp, portable=portable)
-    return _solve_triangular(L, Z, xp=xp, transpose=True, portable=portable)
+def _cholesky_example():
+    return (_spd_example()[0],), {"xp": None}
 
 
-def _inv_sq_frobenius(L, /, *, xp, portable=False):
-    """``‖L⁻¹‖²_F = tr((L Lᵀ)⁻¹)``: LAPACK ``trtri`` on NumPy, else ``L⁻¹I``."""
-    if not portable and array_api_compat.is_numpy_namespace(xp):
-        try:
-            from scipy.linalg import get_lapack_funcs
-        except ImportError:
-            pass
-        else:
-            (trtri,) = get_lapack_funcs(("trtri",), (L,))
-            # a C-ordered L is a Fortran-ordered upper Lᵀ: invert that, no copy
-            # (same Frobenius norm)
-            Linv, info = (
-                trtri(L.T, lower=0) if L.flags.c_contiguous else trtri(L, lower=1)
-            )
-            if info == 0:
-                return xp.sum(Linv * Linv)
-    n = L.shape[0]
-    eye = xp.eye(n, dtype=L.dtype, device=array_api_compat.device(L))
-    Linv = _solve_triangular(L, eye, xp=xp, portable=portable)
+def _factor_example():
+    A, B = _spd_example()
+    return (np.linalg.cholesky(A), B), {"xp": None}
+
+
+def _inv_example():
+    return (np.linalg.cholesky(_spd_example()[0]),), {"xp": None}
+
+
+@portable("kernel_ridge.cholesky")
+def _cholesky_portable(A, /, *, xp, overwrite=False):
+    """Lower Cholesky factor of ``A``, or None when ``A`` is not positive definite.
+    ``overwrite`` allows a fast path to factor in place (``A`` is then lost)."""
+    try:
+        L = xp.linalg.cholesky(A)
+    except linalg_error_types():
+        return None
+    return L if all_finite(L, xp=xp) else None  # some libraries return NaNs
+
+
+@fast_path("kernel_ridge.cholesky", "numpy", example=_cholesky_example)
+def _cholesky_lapack(A, /, *, xp, overwrite=False):
+    """SciPy's ``potrf``: a C-ordered symmetric ``A`` is its own Fortran-ordered
+    transpose, so its upper factor ``U = Lᵀ`` is computed in place, no copy."""
+    try:
+        from scipy.linalg import get_lapack_funcs
+    except ImportError:  # SciPy is optional
+        return _cholesky_portable(A, xp=xp, overwrite=overwrite)
+    (potrf,) = get_lapack_funcs(("potrf",), (A,))
+    U, info = potrf(A.T, lower=0, clean=1, overwrite_a=int(bool(overwrite)))
+    return U.T if info == 0 else None
+
+
+@fast_path("kernel_ridge.cholesky", "torch", example=_cholesky_example)
+def _cholesky_torch(A, /, *, xp, overwrite=False):
+    import torch
+
+    L, info = torch.linalg.cholesky_ex(A)
+    return L if int(info) == 0 else None  # one sync
+
+
+@fast_path("kernel_ridge.cholesky", "cupy", example=_cholesky_example)
+def _cholesky_cupy(A, /, *, xp, overwrite=False):
+    import cupy
+
+    try:
+        L = cupy.linalg.cholesky(A)
+    except linalg_error_types():
+        return None
+    return L if bool(cupy.all(cupy.isfinite(L))) else None  # NaNs, not an error
+
+
+@portable("kernel_ridge.cho_solve")
+def _cho_solve_portable(L, B, /, *, xp):
+    """``(L Lᵀ)⁻¹ B`` for 2-D ``B`` by two blocked substitutions."""
+    Z = _solve_triangular_portable(L, B, xp=xp)
+    return _solve_triangular_portable(L, Z, xp=xp, transpose=True)
+
+
+@fast_path("kernel_ridge.cho_solve", "numpy", example=_factor_example)
+def _cho_solve_lapack(L, B, /, *, xp):
+    try:
+        from scipy.linalg import get_lapack_funcs
+    except ImportError:
+        return _cho_solve_portable(L, B, xp=xp)
+    (potrs,) = get_lapack_funcs(("potrs",), (L,))
+    X, _ = potrs(L.T, B, lower=0)  # Lᵀ is upper and Fortran-ordered: no copy
+    return X
+
+
+@fast_path("kernel_ridge.cho_solve", "torch", example=_factor_example)
+def _cho_solve_torch(L, B, /, *, xp):
+    import torch
+
+    return torch.cholesky_solve(B, L)
+
+
+@fast_path("kernel_ridge.cho_solve", "cupy", example=_factor_example)
+def _cho_solve_cupy(L, B, /, *, xp):
+    from cupyx.scipy.linalg import solve_triangular
+
+    Z = solve_triangular(L, B, lower=True)
+    return solve_triangular(L, Z, lower=True, trans="T")
+
+
+@portable("kernel_ridge.inv_sq_frobenius")
+def _inv_sq_frobenius_portable(L, /, *, xp):
+    """``‖L⁻¹‖²_F = tr((L Lᵀ)⁻¹)`` from ``L⁻¹ I`` (blocked substitution)."""
+    eye = xp.eye(L.shape[0], dtype=L.dtype, device=device(L))
+    Linv = _solve_triangular_portable(L, eye, xp=xp)
     return xp.sum(Linv * Linv)
 
 
-def _cholesky(A, /, *, xp):
-    """Lower Cholesky factor of ``A``, or None when ``A`` is not positive definite
-    (NumPy/torch raise; CuPy returns NaNs, hence the finiteness check)."""
+@fast_path("kernel_ridge.inv_sq_frobenius", "numpy", example=_inv_example)
+def _inv_sq_frobenius_lapack(L, /, *, xp):
+    """LAPACK ``trtri`` on ``Lᵀ`` (upper, Fortran-ordered view: same norm)."""
     try:
-        L = xp.linalg.cholesky(A)
-    except Exception:  # LinAlgError has no common base class across libraries
-        return None
-    if not bool(xp.all(xp.isfinite(L))):
-        return None
-    return L
+        from scipy.linalg import get_lapack_funcs
+    except ImportError:
+        return _inv_sq_frobenius_portable(L, xp=xp)
+    (trtri,) = get_lapack_funcs(("trtri",), (L,))
+    Linv, info = trtri(L.T, lower=0)
+    if info != 0:
+        return _inv_sq_frobenius_portable(L, xp=xp)
+    return xp.sum(Linv * Linv)
 
 
-def _solve_dual(K, Y, alpha, /, *, xp, compute_dof, overwrite, portable=False):
-    """``(K + αI)⁻¹ Y`` and ``tr(K (K + αI)⁻¹)`` (None unless ``compute_dof``).
+@fast_path("kernel_ridge.inv_sq_frobenius", "torch", example=_inv_example)
+def _inv_sq_frobenius_torch(L, /, *, xp):
+    import torch
 
-    Falls back to the pseudo-inverse (with a warning) when ``K + αI`` is not
-    positive definite, e.g. for a non-PSD kernel with a small α.
+    return torch.trace(torch.cholesky_inverse(L))
+
+
+@fast_path("kernel_ridge.inv_sq_frobenius", "cupy", example=_inv_example)
+def _inv_sq_frobenius_cupy(L, /, *, xp):
+    import cupy
+    from cupyx.scipy.linalg import solve_triangular
+
+    Linv = solve_triangular(L, cupy.eye(L.shape[0], dtype=L.dtype), lower=True)
+    return xp.sum(Linv * Linv)
+
+
+def _factor(K, alpha, /, *, xp, overwrite):
+    """Cholesky factor of ``K + αI`` (None when not positive definite).
+
+    With ``overwrite`` the shift and the factorisation happen in ``K``'s memory
+    where the library allows: ``K`` is lost (the caller made it).
     """
-    n = K.shape[0]
     A = _add_to_diagonal(K, alpha, xp=xp, copy=not overwrite)
-    L = _cholesky(A, xp=xp)
-    if L is not None:
-        coef = _cho_solve(L, Y, xp=xp, portable=portable)
-        # tr(K(K+αI)⁻¹) = tr(I − α(K+αI)⁻¹) = n − α‖L⁻¹‖²_F
-        dof = (
-            n - alpha * _inv_sq_frobenius(L, xp=xp, portable=portable)
-            if compute_dof
-            else None
-        )
-        return coef, dof
+    return dispatch("kernel_ridge.cholesky", xp)(A, xp=xp, overwrite=True)
+
+
+def _dof_from_factor(L, alpha, /, *, xp):
+    """``tr(K (K + αI)⁻¹) = n − α‖L⁻¹‖²_F``."""
+    return L.shape[0] - alpha * dispatch("kernel_ridge.inv_sq_frobenius", xp)(L, xp=xp)
+
+
+def _solve_pinv(K, Y, alpha, /, *, xp):
+    """``(K + αI)⁺ Y`` and ``tr(K (K + αI)⁺)``, for a ``K + αI`` that is not
+    positive definite (a non-PSD kernel, or α = 0 with a singular ``K``)."""
+    Ainv = xp.linalg.pinv(_add_to_diagonal(K, alpha, xp=xp, copy=True))
+    return Ainv @ Y, xp.sum(K * Ainv.T)
+
+
+def _dof_value(dofs, alphas, ctx):
+    """The ``effective_dof_`` value: a float for one α, else one per target (an
+    array in the caller's library)."""
+    if len(set(alphas)) == 1:
+        return float(dofs[alphas[0]])
+    return ctx.out(ctx.xp.stack([dofs[a] for a in alphas]))
+
+
+def _warn_pinv():
     warnings.warn(
-        "Singular matrix in solving dual problem (K + alpha*I is not positive definite). "
-        "Using least-squares solution instead.",
+        "Singular matrix in solving dual problem (K + alpha*I is not positive "
+        "definite). Using least-squares solution instead.",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
-    if overwrite:  # K was overwritten in place: recover it for the trace below
-        K = _add_to_diagonal(A, -alpha, xp=xp, copy=True)
-    Ainv = xp.linalg.pinv(A)
-    coef = Ainv @ Y
-    dof = xp.sum(K * Ainv.T) if compute_dof else None
-    return coef, dof
 
 
 # ----------------------------------------------------------------- estimator
@@ -201,9 +295,12 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         Constant of the poly and sigmoid kernels.
     kernel_params : dict or None, default=None
         Extra keyword arguments for a callable kernel.
-    compute_dof : bool, default=True
-        Compute ``effective_dof_``. It costs one triangular inversion
-        (about as much as the factorisation); turn it off for speed.
+    compute_dof : {"lazy", True, False}, default="lazy"
+        When ``effective_dof_`` is computed: "lazy" on its first read (from the
+        stored training data: one more kernel matrix and factorisation, then
+        cached; a fit that never reads it pays nothing), True during ``fit``
+        from the factor at hand (one triangular inversion, about as costly as
+        the factorisation), False never (it is None).
 
     Attributes
     ----------
@@ -215,7 +312,8 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     effective_dof_ : float or array of shape (n_targets,) or None
         ``tr(K (K + αI)⁻¹)`` (with sample weights, of the weighted kernel
         ``S K S``, ``S = diag(√w)``); an array when ``alpha`` differs per
-        target; None when ``compute_dof=False``.
+        target; None when ``compute_dof=False``. Computed on first read by
+        default (see ``compute_dof``).
     n_features_in_ : int
 
     Notes
@@ -251,7 +349,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         "degree": [Interval(Real, 0, None, closed="left")],
         "coef0": [Interval(Real, None, None)],
         "kernel_params": ["dict", None],
-        "compute_dof": ["boolean"],
+        "compute_dof": ["boolean", Options("lazy")],
     }
     _xpml_tags = {"multi_output": True}
 
@@ -264,7 +362,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         degree=3,
         coef0=1,
         kernel_params=None,
-        compute_dof=True,
+        compute_dof="lazy",
     ):
         self.alpha = alpha
         self.kernel = kernel
@@ -300,10 +398,54 @@ class KernelRidge(RegressorMixin, BaseEstimator):
                 f"alpha has {a.shape[0]} values but y has {n_targets} target(s); give one "
                 f"alpha or one per target"
             )
-        if not (a >= 0).all():
-            raise ValueError(f"alpha must be >= 0 for every target; got {a.tolist()!r}")
+        if not ((a >= 0) & np.isfinite(a)).all():
+            raise ValueError(
+                f"alpha must be finite and >= 0 for every target; got {a.tolist()!r}"
+            )
         vals = [float(v) for v in a]
         return vals * n_targets if len(vals) == 1 else vals
+
+    def _training_kernel(self, X, sqrt_w, /, *, xp):
+        """``K`` (or ``S K S`` with sample weights) and whether this call made it
+        (then it may be overwritten)."""
+        if self.kernel == "precomputed":
+            K, own = X, False
+        else:
+            kernel, p = self._kernel_and_params(int(X.shape[1]))
+            K, own = kernel_matrix(X, X, kernel, p, xp=xp, symmetric=True), True
+            own = own and not callable(self.kernel)  # a callable may return its input
+        if sqrt_w is not None:
+            K = K * sqrt_w[:, None]
+            K, own = K * sqrt_w[None, :], True
+        return K, own
+
+    def _solve(self, K, Y, alphas, /, *, xp, own, src):
+        """Dual coefficients ``(K + αI)⁻¹ Y`` (``alphas[j]`` for column ``j``) and
+        ``{α: dof}`` (values None unless ``compute_dof=True``). ``own``: ``K`` may
+        be overwritten; ``src = (X, √w)`` rebuilds it for the pseudo-inverse
+        fallback and names the cause of an overflow."""
+        groups = sorted(set(alphas))
+        sols, dofs = {}, {}
+        for g, a in enumerate(groups):
+            last = g == len(groups) - 1
+            L = _factor(K, a, xp=xp, overwrite=own and last)
+            if L is not None:
+                sols[a] = dispatch("kernel_ridge.cho_solve", xp)(L, Y, xp=xp)
+                dofs[a] = (
+                    _dof_from_factor(L, a, xp=xp) if self.compute_dof is True else None
+                )
+                continue
+            _warn_pinv()
+            K = self._training_kernel(*src, xp=xp)[0] if own and last else K
+            if not all_finite(K, xp=xp):  # an overflow, not an indefinite kernel
+                raise non_finite_error(
+                    src[0], xp=xp, what="kernel matrix", owner="KernelRidge"
+                )
+            sols[a], dofs[a] = _solve_pinv(K, Y, a, xp=xp)
+        if len(groups) == 1:
+            return sols[groups[0]], dofs
+        coef = xp.stack([sols[a][:, j] for j, a in enumerate(alphas)], axis=1)
+        return coef, dofs
 
     # ------------------------------------------------------------------ API
     def fit(self, X, y, sample_weight=None):
@@ -323,52 +465,58 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
         n = int(X.shape[0])
-        precomputed = self.kernel == "precomputed"
-        if precomputed:
-            if int(X.shape[1]) != n:
-                raise ValueError(
-                    f"X must be a square kernel matrix when kernel='precomputed'; got shape "
-                    f"{tuple(X.shape)}"
-                )
-            K = X
-        else:
-            kernel, p = self._kernel_and_params(int(X.shape[1]))
-            K = kernel_matrix(X, X, kernel, p, xp=xp, symmetric=True)
-        Y = y[:, None] if len(y.shape) == 1 else y
-        alphas = self._alphas(int(Y.shape[1]))
-        weighted = sample_weight is not None
-        if weighted:
-            s = xp.sqrt(sw)
-            K = K * (s[:, None] * s[None, :])
-            Y = Y * s[:, None]
-        # K may be overwritten in place when this call made it and needs it once
-        own_K = weighted or not (precomputed or callable(self.kernel))
-        if len(set(alphas)) == 1:
-            coef, dof = _solve_dual(
-                K, Y, alphas[0], xp=xp, compute_dof=self.compute_dof, overwrite=own_K
+        if self.kernel == "precomputed" and int(X.shape[1]) != n:
+            raise ValueError(
+                f"X must be a square kernel matrix when kernel='precomputed'; got "
+                f"shape {tuple(X.shape)}"
             )
-            dof = None if dof is None else float(dof)
-        else:
-            cols, dofs = [], []
-            for j, a in enumerate(alphas):
-                c, d = _solve_dual(
-                    K,
-                    Y[:, j : j + 1],
-                    a,
-                    xp=xp,
-                    compute_dof=self.compute_dof,
-                    overwrite=False,
-                )
-                cols.append(c)
-                dofs.append(d)
-            coef = xp.concat(cols, axis=1)
-            dof = None if not self.compute_dof else xp.stack(dofs)
-        if weighted:
-            coef = coef * s[:, None]
+        s = xp.sqrt(sw) if sample_weight is not None else None
+        K, own = self._training_kernel(X, s, xp=xp)
+        Y = y[:, None] if len(y.shape) == 1 else y
+        Y = Y * s[:, None] if s is not None else Y
+        alphas = self._alphas(int(Y.shape[1]))
+        coef, dofs = self._solve(K, Y, alphas, xp=xp, own=own, src=(X, s))
+        del K
+        check_finite_result(
+            coef, X, xp=xp, what="dual coefficients", owner="KernelRidge"
+        )
+        coef = coef * s[:, None] if s is not None else coef
         self.dual_coef_ = coef[:, 0] if len(y.shape) == 1 else coef
         self.X_fit_ = X
-        self.effective_dof_ = dof
+        self.sqrt_sample_weight_ = s
+        self.__dict__.pop("_cache_effective_dof", None)
+        if self.compute_dof is True:
+            self._cache_effective_dof = _dof_value(dofs, alphas, ctx)
         return self._fitted(ctx)
+
+    @property
+    def effective_dof_(self):
+        """``tr(K (K + αI)⁻¹)`` (see the class docstring): computed on first read
+        unless ``compute_dof`` is True (computed in ``fit``) or False (None)."""
+        check_is_fitted(self, "dual_coef_")
+        if self.compute_dof is False:
+            return None
+        if "_cache_effective_dof" not in self.__dict__:
+            self._cache_effective_dof = self._dof_from_training_data()
+        return self._cache_effective_dof
+
+    def _dof_from_training_data(self):
+        """Rebuild ``K`` from ``X_fit_`` (and the weights) and factor ``K + αI``."""
+        ctx, (X, s) = enter(self.X_fit_, self.sqrt_sample_weight_)
+        xp = ctx.xp
+        K, own = self._training_kernel(X, s, xp=xp)
+        shape = self.dual_coef_.shape
+        alphas = self._alphas(1 if len(shape) == 1 else int(shape[1]))
+        dofs = {}
+        for g, a in enumerate(sorted(set(alphas))):
+            last = g == len(set(alphas)) - 1
+            L = _factor(K, a, xp=xp, overwrite=own and last)
+            if L is None:  # K is intact: the factor failed before touching it
+                K = self._training_kernel(X, s, xp=xp)[0] if own and last else K
+                dofs[a] = _solve_pinv(K, K[:, :1], a, xp=xp)[1]
+            else:
+                dofs[a] = _dof_from_factor(L, a, xp=xp)
+        return _dof_value(dofs, alphas, ctx)
 
     def predict(self, X):
         """``K(X, X_fit) @ dual_coef_``, in row blocks under the Gram engine's

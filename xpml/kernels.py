@@ -241,9 +241,9 @@ def block_rows_for(
             raise ValueError(f"block_rows must be a positive int; got {block_rows!r}")
         return int(block_rows)
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    if not budget > 0:
+    if not (budget > 0 and math.isfinite(budget)):
         raise ValueError(
-            f"memory_budget must be a positive number of bytes; got {budget!r}"
+            f"memory_budget must be a positive, finite number of bytes; got {budget!r}"
         )
     per_row = (
         itemsize * max(n_cols, 1) * (3 + (n_features if kernel == "laplacian" else 0))

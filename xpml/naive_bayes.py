@@ -250,7 +250,7 @@ class BernoulliNB(_DiscreteNB):
 
     _parameter_constraints = {
         **_DiscreteNB._parameter_constraints,
-        "binarize": [None, Real],
+        "binarize": [None, Interval(Real, None, None)],  # finite: NaN compares false
     }
     _xpml_tags = {"poor_score": True}
 

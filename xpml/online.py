@@ -29,6 +29,7 @@ from array_api_compat import device as _device
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
+from xpml.linear_model._base import check_finite_result, linalg_errors
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import decode_labels, encode_labels
 
@@ -87,6 +88,7 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target "
                 f"y is None"
             )
+        self._validate_params()  # n_epochs=0 would otherwise skip every check
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, k)
         encode_labels(y, name="y")  # two or more classes, finite, not continuous
@@ -125,9 +127,13 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             X = xp.concat(
                 [X, xp.ones((n, 1), dtype=X.dtype, device=ctx.device)], axis=1
             )
+        owner = type(self).__name__
+        # ‖x‖² of every row must be finite, or every step below is NaN: one check
+        check_finite_result(xp.sum(X * X, axis=1), X, xp=xp, what="‖x‖²", owner=owner)
         state = self._get_state(ctx, X.shape[1], X.dtype)
         mistakes = xp.zeros((), dtype=X.dtype, device=ctx.device)
-        state, mistakes = self._pass(X, s, state, mistakes, xp=xp)
+        with linalg_errors(X, xp=xp, what="covariance update", owner=owner):
+            state, mistakes = self._pass(X, s, state, mistakes, xp=xp)
         self._set_state(state, d)
         self.n_mistakes_ = getattr(self, "n_mistakes_", 0) + int(mistakes)  # one sync
         self.n_seen_ = getattr(self, "n_seen_", 0) + int(n)

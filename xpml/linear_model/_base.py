@@ -1,14 +1,38 @@
 """Pieces shared by the linear models: weighted centring, the pseudo-inverse
-solve, symmetric positive-definite solves and small numerically careful helpers."""
+solve, the checks that turn an overflow into a clear error, and the linear
+classifier mixin. The shared maths (``sigmoid``, ``softmax``, ``logsumexp``,
+``spd_solve``, ``psd_lstsq``) lives in :mod:`xpml.utils._math` and is re-exported
+here for the modules that import it from this one."""
 
 from __future__ import annotations
 
-from array_api_compat import device as _device
+import contextlib
+import sys
+
+import numpy as np
+
+from xpml.exceptions import LinAlgError
+from xpml.utils._array_api import device as _device
+from xpml.utils._array_api import eps, finfo, is_numpy_namespace
+from xpml.utils._math import (
+    log_sigmoid,
+    logsumexp,
+    psd_lstsq,
+    sigmoid,
+    softmax,
+    spd_solve,
+)
 
 __all__ = [
+    "non_finite_error",
+    "check_finite_result",
+    "linalg_errors",
+    "linalg_error_types",
     "LinearClassifierMixin",
     "center_data",
     "pinv_solve",
+    "default_rcond",
+    "RankDeficiencyWarning",
     "spd_solve",
     "psd_lstsq",
     "block_rows",
@@ -19,6 +43,62 @@ __all__ = [
 ]
 
 
+def non_finite_error(X, /, *, xp, what, owner):
+    """The error (:class:`xpml.exceptions.LinAlgError`, a ``ValueError``) for non-finite values in ``what``, an intermediate result
+    computed from a finite ``X``, naming the likely cause.
+
+    Inputs are checked finite on entry, so a NaN or infinity later comes from an
+    overflow (squares of entries beyond ``√max`` of the dtype) or, when ``X`` is
+    of ordinary size, from an ill-posed solve. Costs one host sync (only on the
+    error path).
+    """
+    f32 = X.dtype == xp.float32
+    name = "float32" if f32 else "float64"
+    big = float(finfo(X.dtype, xp).max)
+    top = float(xp.max(xp.abs(X))) if X.shape[0] * X.shape[1] else 0.0
+    if top * top >= big or top * top * X.shape[1] >= big:
+        cause = (
+            f"X has entries up to {top:.3g} whose squares (or sums of squares) "
+            f"overflow {name} (largest {big:.3g}); scale the features, e.g. with "
+            f"a StandardScaler"
+        )
+    else:
+        cause = (
+            f"X's entries are at most {top:.3g}, so the solve itself failed; the "
+            f"problem is numerically ill-posed (add regularisation or rescale X)"
+        )
+    return LinAlgError(f"{owner}: non-finite values in the {what}: {cause}")
+
+
+def check_finite_result(value, X, /, *, xp, what, owner):
+    """Raise :func:`non_finite_error` unless ``value`` is all finite.
+
+    One reduction and one host sync: call it once after a solve, never in a loop.
+    """
+    if not bool(xp.all(xp.isfinite(value))):
+        raise non_finite_error(X, xp=xp, what=what, owner=owner)
+
+
+def linalg_error_types():
+    """The ``LinAlgError`` classes of the libraries in use (they share no base)."""
+    types = [np.linalg.LinAlgError]  # NumPy, SciPy and CuPy raise this one
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        types.append(torch.linalg.LinAlgError)
+    return tuple(types)
+
+
+@contextlib.contextmanager
+def linalg_errors(X, /, *, xp, what, owner):
+    """Turn a library's ``LinAlgError`` (SVD / eigenvalues did not converge, a
+    singular matrix) raised inside the block into :func:`non_finite_error`'s
+    ``ValueError`` naming the cause, chained to the original."""
+    try:
+        yield
+    except linalg_error_types() as exc:
+        raise non_finite_error(X, xp=xp, what=what, owner=owner) from exc
+
+
 def block_rows(X, /, *, xp):
     """Rows per block for one-pass products over ``X``.
 
@@ -26,10 +106,8 @@ def block_rows(X, /, *, xp):
     is used several times; on other libraries (GPU kernels, threaded CPU
     libraries) one block of all rows, i.e. a single large product, is faster.
     """
-    import array_api_compat
-
     n, d = X.shape
-    if array_api_compat.is_numpy_namespace(xp):
+    if is_numpy_namespace(xp):
         return max(256, 2**18 // max(int(d), 1))
     return max(int(n), 1)
 
@@ -67,84 +145,40 @@ def center_data(X, y, sample_weight, /, *, xp, fit_intercept, scale=True):
     return Xs, ys, X_offset, y_offset, sw
 
 
+class RankDeficiencyWarning(UserWarning):
+    """The design matrix is numerically rank deficient: singular values below
+    the cut-off were dropped and the minimum-norm solution returned."""
+
+
+def default_rcond(dtype, /, *, xp):
+    """The default relative cut-off of :func:`pinv_solve`: ``max(1e-6, 100·eps)``.
+
+    ``1e-6`` is scikit-learn's default ``tol`` for ``LinearRegression`` (passed to
+    ``scipy.linalg.lstsq`` as ``cond``); the ``100·eps`` floor only matters in
+    float32 (``1.2e-5``). Unlike LAPACK's ``max(n, d)·eps`` it does not grow with
+    ``n``: at ``n = 500,000`` in float32 that cut-off is 0.06 and drops genuine
+    directions, while an SVD's backward error stays near ``eps·σ_max``.
+    """
+    return max(1e-6, 100.0 * eps(dtype, xp))
+
+
 def pinv_solve(A, b, /, *, xp, rcond=None):
     """Minimum-norm least-squares solution ``A⁺ b`` through the thin SVD.
 
-    Singular values below ``rcond · s_max`` (default ``max(n, d) · eps``) are
-    treated as zero, so rank-deficient ``A`` gives the minimum-norm solution.
-    Returns ``(x, rank, singular_values)``.
+    Singular values at or below ``rcond · s_max`` (default :func:`default_rcond`)
+    are treated as zero, so rank-deficient (or nearly collinear) ``A`` gives the
+    minimum-norm solution instead of huge cancelling coefficients.
+    Returns ``(x, keep, singular_values)``.
     """
-    n, d = A.shape
     U, s, Vt = xp.linalg.svd(A, full_matrices=False)
     if rcond is None:
-        eps = 1.1920929e-07 if A.dtype == xp.float32 else 2.220446049250313e-16
-        rcond = max(n, d) * eps
+        rcond = default_rcond(A.dtype, xp=xp)
     cutoff = rcond * s[0] if s.shape[0] else 0.0
     keep = s > cutoff
     s_inv = xp.where(keep, 1.0 / xp.where(keep, s, xp.ones_like(s)), xp.zeros_like(s))
     Utb = U.T @ b
     coef = Vt.T @ (s_inv[:, None] * Utb if len(b.shape) == 2 else s_inv * Utb)
     return coef, keep, s
-
-
-def spd_solve(A, b, /, *, xp):
-    """Solve ``A x = b`` for a symmetric positive (semi-)definite ``A``.
-
-    Uses ``xp.linalg.solve``; when that fails (a singular ``A``) falls back to
-    the minimum-norm solution through the eigen-decomposition.
-    """
-    try:
-        return xp.linalg.solve(A, b if len(b.shape) == 2 else b[:, None])[
-            (slice(None), slice(None)) if len(b.shape) == 2 else (slice(None), 0)
-        ]
-    except Exception:  # singular: LinAlgError / torch._C._LinAlgError, backend specific
-        lam, V = xp.linalg.eigh(A)
-        eps = 2.220446049250313e-16 if A.dtype == xp.float64 else 1.1920929e-07
-        keep = lam > (A.shape[0] * eps) * xp.max(xp.abs(lam))
-        inv = xp.where(
-            keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam)
-        )
-        Vtb = V.T @ b
-        return V @ (inv[:, None] * Vtb if len(b.shape) == 2 else inv * Vtb)
-
-
-def psd_lstsq(H, g, /, *, xp):
-    """Minimum-norm solution of ``H e = g`` for a symmetric PSD ``H``, through its
-    eigen-decomposition; eigenvalues below ``m · eps · λ_max`` count as zero.
-    ``g`` may be (m,) or (m, k)."""
-    lam, V = xp.linalg.eigh(H)
-    eps = 2.220446049250313e-16 if H.dtype == xp.float64 else 1.1920929e-07
-    keep = lam > (H.shape[0] * eps) * xp.max(xp.abs(lam))
-    inv = xp.where(
-        keep, 1.0 / xp.where(keep, lam, xp.ones_like(lam)), xp.zeros_like(lam)
-    )
-    Vtg = V.T @ g
-    return V @ (inv[:, None] * Vtg if len(g.shape) == 2 else inv * Vtg)
-
-
-def sigmoid(z, /, *, xp):
-    """``1 / (1 + e^{−z})`` without overflow for large ``|z|``."""
-    e = xp.exp(-xp.abs(z))
-    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def log_sigmoid(z, /, *, xp):
-    """``log σ(z) = −log(1 + e^{−z})``, stable for large ``|z|``."""
-    return xp.minimum(z, xp.zeros_like(z)) - xp.log1p(xp.exp(-xp.abs(z)))
-
-
-def logsumexp(a, /, *, xp, axis=-1):
-    """``log Σ exp(a)`` along ``axis``, kept-dims; rows of all ``−inf`` give ``−inf``."""
-    m = xp.max(a, axis=axis, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
-    return m + xp.log(xp.sum(xp.exp(a - m), axis=axis, keepdims=True))
-
-
-def softmax(a, /, *, xp, axis=-1):
-    """Row-wise softmax, stable for large entries."""
-    m = xp.max(a, axis=axis, keepdims=True)
-    e = xp.exp(a - m)
-    return e / xp.sum(e, axis=axis, keepdims=True)
 
 
 class LinearClassifierMixin:

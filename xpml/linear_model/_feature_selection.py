@@ -47,7 +47,7 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
     direction : {"forward", "backward"}, default="forward"
     scoring : str, callable or None
         As in :func:`xpml.model_selection.cross_val_score` (None: ``estimator.score``).
-    cv : int or splitter, default=5
+    cv : int >= 2, splitter (an object with ``split``) or None, default=5
 
     Attributes
     ----------
@@ -70,7 +70,7 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "cv": [Interval(Integral, 2, None)],  # or a splitter (see below)
+        "cv": [Interval(Integral, 2, None), None],  # or a splitter (see below)
         "direction": [Options("forward", "backward")],
         "n_features_to_select": [
             Options("auto"),
@@ -110,7 +110,7 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
         """The declared checks, plus: ``cv`` may also be a splitter, and ``estimator``
         must have ``fit``."""
         params = self.get_params(deep=False)
-        if hasattr(self.cv, "split"):
+        if hasattr(self.cv, "split") and not isinstance(self.cv, str):  # a splitter
             params.pop("cv")
         validate_params(type(self).__name__, params, self._parameter_constraints)
         if not hasattr(self.estimator, "fit"):

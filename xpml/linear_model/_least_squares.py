@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+from numbers import Real
+
 from xpml.base import BaseEstimator, RegressorMixin
-from xpml.linear_model._base import center_data, pinv_solve
+from xpml.linear_model._base import (
+    RankDeficiencyWarning,
+    center_data,
+    check_finite_result,
+    default_rcond,
+    linalg_errors,
+    pinv_solve,
+)
+from xpml.utils._param_validation import Interval
 
 __all__ = ["LinearRegression"]
 
@@ -19,8 +30,11 @@ class LinearRegression(RegressorMixin, BaseEstimator):
     Parameters
     ----------
     fit_intercept : bool, default=True
-    rcond : float or None, default=None
-        Relative cut-off for small singular values (default ``max(n, d)·eps``).
+    rcond : float in [0, 1) or None, default=None
+        Relative cut-off for small singular values: those at or below
+        ``rcond · σ_max`` count as zero. None means ``max(1e-6, 100·eps)``
+        (scikit-learn's ``tol=1e-6`` in float64, ``1.2e-5`` in float32; see
+        Notes). A rank-deficient fit warns with ``RankDeficiencyWarning``.
 
     Attributes
     ----------
@@ -35,19 +49,27 @@ class LinearRegression(RegressorMixin, BaseEstimator):
     Notes
     -----
     With ``Xs = √Ω (X − x̄)``: ``w = Xs⁺ √Ω (y − ȳ)`` and ``b = ȳ − x̄·w``.
+    The cut-off is relative to ``σ_max`` and does not grow with ``n`` (LAPACK's
+    ``max(n, d)·eps`` is 0.06 in float32 at ``n = 500,000`` and drops real
+    directions); nearly collinear columns (``x₂ = x₁ + 1e-10·noise``) fall
+    below it, so the fit shares the weight between them instead of returning
+    cancelling coefficients of ``±10⁸``.
 
     Examples
     --------
     >>> import numpy as np
     >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])   # rank 1
-    >>> reg = LinearRegression().fit(X, np.array([0.0, 2.0, 4.0]))
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # rank 1 < 2: RankDeficiencyWarning
+    ...     warnings.simplefilter("ignore")
+    ...     reg = LinearRegression().fit(X, np.array([0.0, 2.0, 4.0]))
     >>> np.round(reg.coef_, 6).tolist(), round(float(reg.intercept_), 6)
     ([1.0, 1.0], 0.0)
     """
 
     _parameter_constraints = {
         "fit_intercept": ["boolean"],
-        "rcond": [None, float],
+        "rcond": [None, Interval(Real, 0, 1, closed="left")],
     }
     _xpml_tags = {"multi_output": True}
 
@@ -62,11 +84,25 @@ class LinearRegression(RegressorMixin, BaseEstimator):
         Xs, ys, x_off, y_off, _ = center_data(
             X, y, sw, xp=xp, fit_intercept=self.fit_intercept
         )
-        coef, keep, s = pinv_solve(Xs, ys, xp=xp, rcond=self.rcond)
+        with linalg_errors(X, xp=xp, what="SVD", owner="LinearRegression"):
+            coef, keep, s = pinv_solve(Xs, ys, xp=xp, rcond=self.rcond)
+        check_finite_result(
+            coef, X, xp=xp, what="coefficients", owner="LinearRegression"
+        )
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef
         self.rank_ = int(xp.sum(xp.astype(keep, xp.int64)))
         self.singular_ = s
+        if self.rank_ < min(Xs.shape):
+            rcond = default_rcond(X.dtype, xp=xp) if self.rcond is None else self.rcond
+            warnings.warn(
+                f"X is rank deficient: numerical rank {self.rank_} < "
+                f"min(n_samples, n_features)={min(Xs.shape)} (singular values at or "
+                f"below rcond={rcond:.3g} times the largest were dropped; collinear "
+                f"or constant features); the minimum-norm solution is returned",
+                RankDeficiencyWarning,
+                stacklevel=2,
+            )
         return self._fitted(ctx)
 
     def predict(self, X):

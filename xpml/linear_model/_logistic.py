@@ -12,6 +12,7 @@ intercept ``b`` is never penalised. Newton solves ``H e = −∇F`` with
 
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Integral, Real
 
@@ -22,6 +23,8 @@ from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
 from xpml.linear_model._base import (
     LinearClassifierMixin,
     block_rows,
+    check_finite_result,
+    linalg_errors,
     log_sigmoid,
     logsumexp,
     psd_lstsq,
@@ -255,7 +258,10 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         W = xp.zeros((X.shape[1], m), dtype=X.dtype, device=dev)
         b = xp.zeros((m,), dtype=X.dtype, device=dev)
         solve = getattr(self, f"_solve_{self.solver}")
-        W, b, n_iter, converged = solve(X, Y, sw, W, b, lam, xp=xp, binary=binary)
+        owner = type(self).__name__
+        with linalg_errors(X, xp=xp, what="Newton system / Hessian", owner=owner):
+            W, b, n_iter, converged = solve(X, Y, sw, W, b, lam, xp=xp, binary=binary)
+        check_finite_result(W, X, xp=xp, what="coefficients", owner=owner)
         if (
             not lam
             and not converged
@@ -312,6 +318,9 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             gmax = float(xp.max(xp.abs(gW)))
             if fi:
                 gmax = max(gmax, float(xp.max(xp.abs(gb))))
+            if not math.isfinite(gmax):  # overflow: stop now, fit() names the cause
+                W = W + gmax
+                break
             if gmax / total <= self.tol:
                 converged, it = True, it - 1
                 break

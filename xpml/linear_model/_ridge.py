@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from numbers import Real
 
-from array_api_compat import device as _device
-
 from xpml.base import BaseEstimator, RegressorMixin
-from xpml.linear_model._base import block_rows, center_data, spd_solve
+from xpml.linear_model._base import (
+    block_rows,
+    center_data,
+    check_finite_result,
+    linalg_errors,
+    spd_solve,
+)
+from xpml.utils._array_api import device as _device
+from xpml.utils._array_api import eps
 from xpml.utils._param_validation import Interval, Options
 
 __all__ = ["Ridge", "SOLVERS"]
@@ -69,12 +75,15 @@ def _solve_dual(Xs, ys, alpha, /, *, xp):
 
 
 def _solve_svd(Xs, ys, alpha, /, *, xp):
-    """``w = V diag(s / (s² + α)) Uᵀ ys`` (also the minimum-norm solution at α = 0)."""
+    """``w = V diag(s / (s² + α)) Uᵀ ys`` (also the minimum-norm solution at α = 0).
+
+    The filter is computed as ``1 / (s + α/s)``, which cannot overflow where
+    ``s²`` would (features near ``1e300``), so this solver stays exact there.
+    """
     U, s, Vt = xp.linalg.svd(Xs, full_matrices=False)
-    eps = 2.220446049250313e-16 if Xs.dtype == xp.float64 else 1.1920929e-07
-    keep = s > max(Xs.shape) * eps * (s[0] if s.shape[0] else 0.0)
-    denom = xp.where(keep, s * s + alpha, xp.ones_like(s))
-    f = xp.where(keep, s / denom, xp.zeros_like(s))
+    keep = s > max(Xs.shape) * eps(Xs.dtype, xp) * (s[0] if s.shape[0] else 0.0)
+    s_safe = xp.where(keep, s, xp.ones_like(s))
+    f = xp.where(keep, 1.0 / (s_safe + alpha / s_safe), xp.zeros_like(s))
     Utb = U.T @ ys
     return Vt.T @ (f[:, None] * Utb if len(ys.shape) == 2 else f * Utb)
 
@@ -95,7 +104,9 @@ class Ridge(RegressorMixin, BaseEstimator):
         ``"primal"`` solves the ``d × d`` system ``(XᵀX + αI)w = Xᵀy``;
         ``"dual"`` the ``n × n`` system ``(XXᵀ + αI)a = y`` with ``w = Xᵀa``;
         ``"svd"`` uses the thin SVD. ``"auto"``: primal when ``n ≥ d``, dual
-        otherwise. All give the same coefficients.
+        otherwise. All give the same coefficients. With ``alpha=0`` the dual
+        system ``XXᵀ`` is singular whenever ``n > d`` (and ill-conditioned
+        otherwise), so ``"dual"`` is routed to ``"svd"`` (``solver_`` says so).
 
     Attributes
     ----------
@@ -146,6 +157,20 @@ class Ridge(RegressorMixin, BaseEstimator):
             self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
         )
         alpha = float(self.alpha)
+        if solver == "dual" and not alpha:  # XXᵀ singular: minimum-norm by SVD
+            solver = "svd"
+        owner = type(self).__name__
+        with linalg_errors(X, xp=xp, what="solve", owner=owner):
+            coef, x_off, y_off = self._solve(X, y, sw, solver, alpha, xp=xp, w=weighted)
+        check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
+        self.coef_ = coef.T if len(y.shape) == 2 else coef
+        self.intercept_ = y_off - x_off @ coef
+        self.solver_ = solver
+        return self._fitted(ctx)
+
+    def _solve(self, X, y, sw, solver, alpha, /, *, xp, w):
+        """``(coef, x̄, ȳ)`` by ``solver``; ``w``: sample weights were given."""
+        weighted, d = w, X.shape[1]
         if solver == "primal":
             x_off, y_off = _weighted_means(
                 X, y, sw if weighted else None, xp=xp, fit_intercept=self.fit_intercept
@@ -161,10 +186,7 @@ class Ridge(RegressorMixin, BaseEstimator):
                 X, y, sw, xp=xp, fit_intercept=self.fit_intercept, scale=weighted
             )
             coef = getattr(self, f"_solve_{solver}")(Xs, ys, alpha, xp=xp)
-        self.coef_ = coef.T if len(y.shape) == 2 else coef
-        self.intercept_ = y_off - x_off @ coef
-        self.solver_ = solver
-        return self._fitted(ctx)
+        return coef, x_off, y_off
 
     _solve_primal = staticmethod(_solve_primal)
     _solve_dual = staticmethod(_solve_dual)
