@@ -11,10 +11,10 @@ so one seed gives the same clustering on every backend.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from numbers import Integral, Real
 
-import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
@@ -26,6 +26,16 @@ from xpml.kernels import (
     sq_distances,
     sq_norms,
 )
+from xpml.linalg import CPU_TILE_BYTES, map_row_blocks
+from xpml.utils._array_api import (
+    device,
+    dispatch,
+    fast_path,
+    is_numpy_namespace,
+    itemsize,
+    portable,
+)
+from xpml.utils._array_api import memory_budget as budget_bytes
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -35,19 +45,14 @@ INITS = ("k-means++", "forgy", "random-partition")
 
 
 # ----------------------------------------------------------------- helpers
-_CPU_BLOCK_BYTES = 4 * 2**20  # NumPy: cache-sized distance blocks are faster
-
-
 def _block_rows(X, k, xp, memory_budget):
-    if memory_budget is None and array_api_compat.is_numpy_namespace(xp):
-        memory_budget = _CPU_BLOCK_BYTES
-    return block_rows_for(
-        k,
-        X.shape[1],
-        4 if X.dtype == xp.float32 else 8,
-        kernel="linear",
-        memory_budget=memory_budget,
-    )
+    """Rows per assignment block: the memory budget's, and on NumPy at most a
+    cache-sized tile (:data:`xpml.linalg.CPU_TILE_BYTES`)."""
+    budget = budget_bytes(memory_budget)
+    if is_numpy_namespace(xp):
+        budget = min(budget, CPU_TILE_BYTES)
+    size = itemsize(X.dtype, xp)
+    return block_rows_for(k, X.shape[1], size, kernel="linear", memory_budget=budget)
 
 
 def _nearest(Ab, B, prev, /, *, xp):
@@ -62,64 +67,111 @@ def _nearest(Ab, B, prev, /, *, xp):
     return lab
 
 
+def _assign_factored(A, B, previous, rows, /, *, xp):
+    """Labels of all rows of ``A = [x, 1]`` against ``B = [−2c, ‖c‖²]``, in row
+    blocks (a thread pool on NumPy, :func:`xpml.linalg.map_row_blocks`)."""
+
+    def block(r0, r1):
+        prev = None if previous is None else previous[r0:r1]
+        return _nearest(A[r0:r1, :], B, prev, xp=xp)
+
+    out = map_row_blocks(block, A.shape[0], rows, xp=xp)
+    return out[0] if len(out) == 1 else xp.concat(out)
+
+
 def _assign(X, C, previous, /, *, xp, memory_budget=None):
     """Nearest centre of each row (keeping ``previous`` on ties), in row blocks."""
-    n = X.shape[0]
     rows = _block_rows(X, C.shape[0], xp, memory_budget)
     A, B = query_factor(X, xp=xp), point_factor(C, xp=xp)
-    out = [
-        _nearest(
-            A[r0 : min(r0 + rows, n), :],
-            B,
-            None if previous is None else previous[r0 : min(r0 + rows, n)],
-            xp=xp,
-        )
-        for r0 in range(0, n, rows)
-    ]
-    return out[0] if len(out) == 1 else xp.concat(out)
+    return _assign_factored(A, B, previous, rows, xp=xp)
 
 
 def _membership(labels, k, /, *, xp, dtype):
     """``M[c, i] = [labels_i = c]``, shape ``(k, n)`` (laid out so each class's
     row is contiguous: about 4x faster to build on NumPy than ``(n, k)``)."""
-    ks = xp.arange(k, dtype=labels.dtype, device=array_api_compat.device(labels))
+    ks = xp.arange(k, dtype=labels.dtype, device=device(labels))
     return xp.astype(ks[:, None] == labels[None, :], dtype)
 
 
-def _lloyd_step(A, Xw, w, C, previous, rows, /, *, xp):
-    """One Lloyd iteration fused over row blocks: assign each block of
-    ``A = [x, 1]`` to the old centres, and accumulate the weighted sums
-    ``Mᵀ(wX)`` and weights ``Mᵀw`` of the new ones (``M`` the block's one-hot
-    assignment)."""
-    n = A.shape[0]
-    k = C.shape[0]
+@portable("cluster_sums")
+def cluster_sums(labels, Xw, w, /, *, xp, k):
+    """Per-cluster sums ``Σ_{label(i)=c} wᵢxᵢ`` (k, d) and ``Σ_{label(i)=c} wᵢ``
+    (k,), given ``Xw = w[:, None] * X``: two products with the one-hot
+    membership matrix (O(n·k·d), the portable way to scatter-add)."""
+    M = _membership(labels, k, xp=xp, dtype=Xw.dtype)
+    return M @ Xw, M @ w
+
+
+def _cluster_sums_example():
+    rng = np.random.default_rng(0)
+    X, w = rng.standard_normal((50, 3)), rng.uniform(0.5, 2.0, 50)
+    labels = rng.integers(0, 4, 50)
+    labels[:4] = np.arange(4)
+    return (labels, X * w[:, None], w), {"k": 5, "xp": None}  # cluster 4 empty
+
+
+@fast_path("cluster_sums", "numpy", example=_cluster_sums_example)
+def _cluster_sums_numpy(labels, Xw, w, /, *, xp, k):
+    """O(n·d) scatter-add by one ``bincount`` over (cluster, feature) cells."""
+    d = Xw.shape[1]
+    cells = (labels[:, None] * d + np.arange(d)[None, :]).reshape(-1)
+    sums = np.bincount(cells, weights=Xw.reshape(-1), minlength=k * d)
+    wsum = np.bincount(labels, weights=w, minlength=k)
+    return sums.reshape(k, d).astype(Xw.dtype), wsum.astype(w.dtype)
+
+
+@fast_path("cluster_sums", "torch", example=_cluster_sums_example)
+def _cluster_sums_torch(labels, Xw, w, /, *, xp, k):
+    """O(n·d) scatter-add by ``index_add`` (on a GPU: atomics, no sync)."""
+    sums = xp.zeros((k, Xw.shape[1]), dtype=Xw.dtype, device=Xw.device)
+    wsum = xp.zeros((k,), dtype=w.dtype, device=w.device)
+    return sums.index_add(0, labels, Xw), wsum.index_add(0, labels, w)
+
+
+@dataclasses.dataclass
+class _Data:
+    """What every Lloyd iteration reads: the points ``X``, their weights ``w``,
+    ``Xw = w X``, ``A = [x, 1]`` (:func:`xpml.kernels.query_factor`) and the
+    rows per assignment block."""
+
+    X: object
+    w: object
+    Xw: object
+    A: object
+    rows: int
+
+    @classmethod
+    def make(cls, X, w, k, /, *, xp, memory_budget=None):
+        rows = _block_rows(X, k, xp, memory_budget)
+        return cls(X, w, X * w[:, None], query_factor(X, xp=xp), rows)
+
+
+def _lloyd_step(data, C, previous, /, *, xp):
+    """One Lloyd iteration: assign every point to its nearest centre of ``C``
+    (keeping ``previous`` on ties), then the weighted sums and weights of the
+    new clusters. Returns ``(labels, sums, wsum)``; no host sync."""
     B = point_factor(C, xp=xp)
-    labels, sums, wsum = [], None, None
-    for r0 in range(0, n, rows):
-        r1 = min(r0 + rows, n)
-        lab = _nearest(
-            A[r0:r1, :], B, None if previous is None else previous[r0:r1], xp=xp
-        )
-        M = _membership(lab, k, xp=xp, dtype=A.dtype)
-        s, ws = M @ Xw[r0:r1, :], M @ w[r0:r1]
-        sums, wsum = (s, ws) if sums is None else (sums + s, wsum + ws)
-        labels.append(lab)
-    return (labels[0] if len(labels) == 1 else xp.concat(labels)), sums, wsum
+    labels = _assign_factored(data.A, B, previous, data.rows, xp=xp)
+    sums, wsum = dispatch("cluster_sums", xp)(
+        labels, data.Xw, data.w, xp=xp, k=C.shape[0]
+    )
+    return labels, sums, wsum
 
 
-def _new_centres(X, labels, w, C_old, sums, wsum, /, *, xp):
-    """Weighted means of the clusters; an empty cluster takes the point farthest
-    from its centre (removed from that centre's mean), as scikit-learn does."""
-    empty = wsum == 0
-    if bool(xp.any(empty)):
-        sums, wsum = _relocate_empty(X, labels, w, C_old, sums, wsum, empty, xp=xp)
-    return sums / wsum[:, None]
+def _means(sums, wsum, C_old, /, *, xp):
+    """Cluster means; an empty cluster keeps its old centre (relocated later)."""
+    filled = wsum > 0
+    safe = xp.where(filled, wsum, xp.ones_like(wsum))
+    return xp.where(filled[:, None], sums / safe[:, None], C_old)
 
 
-def _relocate_empty(X, labels, w, C_old, sums, wsum, empty, /, *, xp):
+def _relocate_empty(data, labels, C_old, sums, wsum, /, *, xp):
+    """Each empty cluster takes the point farthest from its old centre (removed
+    from that centre's mean), as scikit-learn does. A rare path: it syncs."""
     import array_api_extra as xpx
 
-    empty_ids = [int(i) for i in to_numpy(xp.nonzero(empty)[0])]
+    X, w = data.X, data.w
+    empty_ids = [int(i) for i in to_numpy(xp.nonzero(wsum == 0)[0])]
     resid = xp.sum((X - xp.take(C_old, labels, axis=0)) ** 2, axis=1)
     far = to_numpy(xp.argsort(-resid, stable=True)[: len(empty_ids)])
     lab_host = to_numpy(labels)
@@ -132,87 +184,109 @@ def _relocate_empty(X, labels, w, C_old, sums, wsum, empty, /, *, xp):
         wsum = xpx.at(wsum)[old].set(wsum[old] - wj)
         sums = xpx.at(sums)[new, :].set(wj * xj)
         wsum = xpx.at(wsum)[new].set(wj)
-    return sums, wsum
+    return sums / wsum[:, None]
 
 
 def _inertia(X, C, labels, w, /, *, xp):
     return xp.sum(w * xp.sum((X - xp.take(C, labels, axis=0)) ** 2, axis=1))
 
 
-def _lloyd(X, w, C, max_iter, tol, /, *, xp, memory_budget=None):
+def _iteration(data, C, labels_old, /, *, xp):
+    """A Lloyd iteration with its stopping statistics read back in one host
+    transfer: ``(labels, C_new, shift, same)`` with ``shift`` the squared centre
+    shift and ``same`` whether no label changed."""
+    labels, sums, wsum = _lloyd_step(data, C, labels_old, xp=xp)
+    C_new = _means(sums, wsum, C, xp=xp)
+    same = (
+        xp.zeros((), dtype=C.dtype, device=device(C))
+        if labels_old is None
+        else xp.astype(xp.all(labels == labels_old), C.dtype)
+    )
+    n_empty = xp.astype(xp.sum(xp.astype(wsum == 0, xp.int64)), C.dtype)
+    shift = xp.sum((C_new - C) ** 2)
+    stats = to_numpy(xp.stack([shift, same, n_empty]))  # the iteration's one sync
+    shift = float(stats[0])
+    if stats[2] > 0:
+        C_new = _relocate_empty(data, labels, C, sums, wsum, xp=xp)
+        shift = float(xp.sum((C_new - C) ** 2))
+    return labels, C_new, shift, bool(stats[1])
+
+
+def _lloyd(data, C, max_iter, tol, /, *, xp):
     """Lloyd's iterations from centres ``C``; scikit-learn's stopping rules
     (labels unchanged, or squared centre shift <= tol)."""
-    rows = _block_rows(X, C.shape[0], xp, memory_budget)
-    Xw = X * w[:, None]
-    A = query_factor(X, xp=xp)
     labels_old = None
     strict = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        labels, sums, wsum = _lloyd_step(A, Xw, w, C, labels_old, rows, xp=xp)
-        C_new = _new_centres(X, labels, w, C, sums, wsum, xp=xp)
-        shift = float(xp.sum((C_new - C) ** 2))
-        C = C_new
-        if labels_old is not None and bool(xp.all(labels == labels_old)):
-            strict = True
-            break
-        if shift <= tol:
+        labels, C, shift, strict = _iteration(data, C, labels_old, xp=xp)
+        if strict or shift <= tol:
             break
         labels_old = labels
     if not strict:  # labels that match the final centres
-        labels = _assign(X, C, labels, xp=xp, memory_budget=memory_budget)
-    return C, labels, float(_inertia(X, C, labels, w, xp=xp)), n_iter
+        B = point_factor(C, xp=xp)
+        labels = _assign_factored(data.A, B, labels, data.rows, xp=xp)
+    inertia = float(_inertia(data.X, C, labels, data.w, xp=xp))
+    return C, labels, inertia, n_iter
 
 
-def _init_kmeanspp(X, k, w, w_host, rng, /, *, xp, device):
+def _init_kmeanspp(data, k, w_host, rng, /, *, xp):
     """Greedy k-means++ (scikit-learn's): each new centre is the best of
     ``2 + ln k`` candidates drawn with probability ∝ weight × squared distance
-    to the nearest centre chosen so far."""
+    to the nearest centre chosen so far. The uniform draws are made on the host
+    up front; the loop over centres stays on the device (no sync)."""
+    X, w = data.X, data.w
     n = X.shape[0]
+    dev = device(X)
     trials = 2 + int(math.log(k))
     X_norms = sq_norms(X, xp=xp)
     first = int(rng.choice(n, p=w_host / w_host.sum()))
-    chosen = [first]
+    U = xp.asarray(rng.uniform(size=(k - 1, trials)), dtype=X.dtype, device=dev)
+    chosen = [xp.asarray([first], device=dev)]
     closest = sq_distances(X[first : first + 1, :], X, xp=xp, Y_norms=X_norms)[0, :]
-    pot = float(xp.sum(w * closest))
-    for _ in range(1, k):
-        r = xp.asarray(rng.uniform(size=trials) * pot, dtype=X.dtype, device=device)
-        cand = xp.searchsorted(xp.cumulative_sum(w * closest), r)
+    pot = xp.sum(w * closest)
+    for i in range(k - 1):
+        cand = xp.searchsorted(xp.cumulative_sum(w * closest), U[i, :] * pot)
         cand = xp.clip(cand, 0, n - 1)
         D = xp.minimum(
             closest[None, :],
             sq_distances(xp.take(X, cand, axis=0), X, xp=xp, Y_norms=X_norms),
         )
         pots = xp.sum(w[None, :] * D, axis=1)
-        best = int(xp.argmin(pots))
-        closest = D[best, :]
-        pot = float(pots[best])
-        chosen.append(int(cand[best]))
-    idx = xp.asarray(np.asarray(chosen), device=device)
-    return xp.take(X, idx, axis=0)
+        best = xp.argmin(pots, keepdims=True)
+        closest = xp.take(D, best, axis=0)[0, :]
+        pot = xp.take(pots, best)[0]
+        chosen.append(xp.astype(xp.take(cand, best), chosen[0].dtype))
+    return xp.take(X, xp.concat(chosen), axis=0)
 
 
-def _init_centres(X, k, init, w, w_host, rng, /, *, xp, device):
+def _init_random_partition(data, k, rng, /, *, xp):
+    """Centres of a uniformly random partition; with very few points an empty
+    part takes a random point."""
+    X, w = data.X, data.w
     n = X.shape[0]
-    if init == "k-means++":
-        return _init_kmeanspp(X, k, w, w_host, rng, xp=xp, device=device)
-    if init == "forgy":
-        idx = xp.asarray(rng.choice(n, size=k, replace=False), device=device)
-        return xp.take(X, idx, axis=0)
-    # random partition: each point to a uniformly random cluster, centres = means
+    dev = device(X)
     lab_host = rng.integers(0, k, size=n)
     counts = np.bincount(lab_host, minlength=k)
-    labels = xp.asarray(lab_host, device=device)
+    labels = xp.asarray(lab_host, device=dev)
     M = _membership(labels, k, xp=xp, dtype=X.dtype) * w[None, :]
     wsum = xp.sum(M, axis=1)
     C = (M @ X) / xp.where(wsum > 0, wsum, xp.ones_like(wsum))[:, None]
-    if np.any(
-        counts == 0
-    ):  # only with very few points: an empty part takes a random point
+    if np.any(counts == 0):
         fill = np.where(counts == 0, rng.integers(0, n, size=k), -1)
-        rows = xp.take(X, xp.asarray(np.maximum(fill, 0), device=device), axis=0)
-        C = xp.where(xp.asarray(fill >= 0, device=device)[:, None], rows, C)
+        rows = xp.take(X, xp.asarray(np.maximum(fill, 0), device=dev), axis=0)
+        C = xp.where(xp.asarray(fill >= 0, device=dev)[:, None], rows, C)
     return C
+
+
+def _init_centres(data, k, init, w_host, rng, /, *, xp):
+    if init == "k-means++":
+        return _init_kmeanspp(data, k, w_host, rng, xp=xp)
+    if init == "forgy":
+        n = data.X.shape[0]
+        idx = xp.asarray(rng.choice(n, size=k, replace=False), device=device(data.X))
+        return xp.take(data.X, idx, axis=0)
+    return _init_random_partition(data, k, rng, xp=xp)
 
 
 class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
@@ -234,7 +308,14 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         feature variance (scikit-learn's rule), or when no label changes.
     random_state : int, Generator or None
     memory_budget : float, optional
-        Bytes of distance-block workspace (default the Gram engine's).
+        Bytes of distance-block workspace (default
+        :func:`xpml.utils._array_api.memory_budget`; on NumPy the blocks are
+        further cut to cache-sized tiles and run on a thread pool).
+    algorithm : {"lloyd", "elkan"}, default="lloyd"
+        Accepted for scikit-learn compatibility; "elkan" runs Lloyd's
+        iterations too (the same answer: Elkan's triangle-inequality bounds only
+        skip distance computations, which on a GPU or a BLAS cost less than the
+        bookkeeping).
 
     Attributes
     ----------
@@ -267,6 +348,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
+        "algorithm": [Options("lloyd", "elkan")],
         "init": [Options(*INITS), "array-like"],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "memory_budget": [None, Interval(Real, 0, None, closed="neither")],
@@ -295,6 +377,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         tol=1e-4,
         random_state=None,
         memory_budget=None,
+        algorithm="lloyd",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -303,12 +386,13 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.tol = tol
         self.random_state = random_state
         self.memory_budget = memory_budget
+        self.algorithm = algorithm
 
     def fit(self, X, y=None, sample_weight=None):
         """Run Lloyd's iterations from ``n_init`` initialisations; returns self."""
         ctx, X, _, w = self._validate_fit_data(X, None, sample_weight)
         xp = ctx.xp
-        n, d = X.shape
+        n = X.shape[0]
         k = self.n_clusters
         if n < k:
             raise ValueError(
@@ -317,51 +401,49 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         if w is None:
             w = xp.ones((n,), dtype=X.dtype, device=ctx.device)
-        given = not isinstance(self.init, str)
-        C0 = None
-        if given:
-            C0 = xp.asarray(to_numpy(self.init), dtype=X.dtype, device=ctx.device)
-            if tuple(C0.shape) != (k, d):
-                raise ValueError(
-                    f"init array has shape {tuple(C0.shape)}; it must be (n_clusters, "
-                    f"n_features) = {(k, d)}"
-                )
-        n_init = self.n_init
-        if n_init == "auto":
-            n_init = 1 if given or self.init == "k-means++" else 10
-        if given:
-            n_init = 1
-        rng = check_random_state(self.random_state)
+        C0 = self._given_centres(X, ctx)
+        data = _Data.make(X, w, k, xp=xp, memory_budget=self.memory_budget)
         tol = self.tol * float(xp.mean(xp.var(X, axis=0)))
-        best = self._runs(X, w, k, n_init, C0, tol, rng, ctx)
-        C, labels, inertia, n_iter = best
+        C, labels, inertia, n_iter = self._runs(data, C0, tol, ctx)
         self.cluster_centers_ = C
         self.labels_ = xp.astype(labels, xp.int64)
         self.inertia_ = inertia
         self.n_iter_ = n_iter
         return self._fitted(ctx)
 
-    def _runs(self, X, w, k, n_init, C0, tol, rng, ctx):
-        """The best (lowest inertia) of ``n_init`` Lloyd runs."""
+    def _given_centres(self, X, ctx):
+        """``init`` as an array of centres on the compute device, or None."""
+        if isinstance(self.init, str):
+            return None
+        k, d = self.n_clusters, X.shape[1]
+        C0 = ctx.xp.asarray(to_numpy(self.init), dtype=X.dtype, device=ctx.device)
+        if tuple(C0.shape) != (k, d):
+            raise ValueError(
+                f"init array has shape {tuple(C0.shape)}; it must be (n_clusters, "
+                f"n_features) = {(k, d)}"
+            )
+        return C0
+
+    def _n_runs(self, given):
+        if given:
+            return 1
+        if self.n_init == "auto":
+            return 1 if self.init == "k-means++" else 10
+        return self.n_init
+
+    def _runs(self, data, C0, tol, ctx):
+        """The best (lowest inertia) of the Lloyd runs."""
         xp = ctx.xp
-        given = C0 is not None
-        w_host = (
-            to_numpy(w).astype(np.float64)
-            if not given and self.init == "k-means++"
-            else None
-        )
+        rng = check_random_state(self.random_state)
+        w_host = None
+        if C0 is None and self.init == "k-means++":
+            w_host = to_numpy(data.w).astype(np.float64)
         best = None
-        for _ in range(n_init):
-            C = (
-                C0
-                if given
-                else _init_centres(
-                    X, k, self.init, w, w_host, rng, xp=xp, device=ctx.device
-                )
-            )
-            run = _lloyd(
-                X, w, C, self.max_iter, tol, xp=xp, memory_budget=self.memory_budget
-            )
+        for _ in range(self._n_runs(C0 is not None)):
+            C = C0
+            if C is None:
+                C = _init_centres(data, self.n_clusters, self.init, w_host, rng, xp=xp)
+            run = _lloyd(data, C, self.max_iter, tol, xp=xp)
             if best is None or run[2] < best[2]:
                 best = run
         return best
