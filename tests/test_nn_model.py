@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 import xpml
+import xpml.nn.optim
+from xpml._backend import to_numpy
 from xpml.nn import (
     SGD,
     Adam,
@@ -129,11 +131,12 @@ def test_optimisers_match_torch(ours, theirs):
         if layer.params
     ]
     opt = theirs(params)
+    state = None
     for _ in range(5):
         model.loss_ = xpml.nn.MSELoss()
         model.loss_.forward(model.forward(X), y)
         model.backward(model.loss_.backward())
-        model.optimizer.step(model.layers)
+        state = model.optimizer.step(model.layers, state)
         opt.zero_grad()
         W1, b1, W2, b2 = params
         out = torch.relu(torch.tensor(X) @ W1 + b1) @ W2 + b2
@@ -327,3 +330,27 @@ def test_mse_regression_recovers_a_linear_map():
     assert model.predict(X).shape == (100, 1)
     with pytest.raises(ValueError, match="predict_proba"):
         model.predict_proba(X)
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
+def test_optimiser_state_is_explicit_data(name, xp):
+    """``init`` / ``update`` are pure: inputs untouched, the state is returned,
+    and two updates from the same state give the same result."""
+    opt = xpml.nn.optim.get_optimiser(name, 0.1)
+    params = [{"W": xp.asarray(np.ones((2, 2))), "b": xp.asarray(np.zeros(2))}, {}]
+    grads = [{"W": xp.asarray(np.full((2, 2), 0.5)), "b": xp.asarray(np.ones(2))}, {}]
+    state0 = opt.init(params)
+    assert state0["t"] == 0 and not vars(opt).keys() - {"learning_rate"} - set(
+        opt.get_params()
+    )
+    p1, s1 = opt.update(params, grads, state0)
+    p1b, _ = opt.update(params, grads, state0)
+    assert s1["t"] == 1 and state0["t"] == 0
+    np.testing.assert_array_equal(to_numpy(params[0]["W"]), np.ones((2, 2)))
+    np.testing.assert_array_equal(to_numpy(p1[0]["W"]), to_numpy(p1b[0]["W"]))
+    p2, s2 = opt.update(p1, grads, s1)
+    assert s2["t"] == 2
+    # SGD: a fixed step; momentum and Adam: the second step differs from the first
+    step1 = to_numpy(params[0]["W"]) - to_numpy(p1[0]["W"])
+    step2 = to_numpy(p1[0]["W"]) - to_numpy(p2[0]["W"])
+    assert np.allclose(step1, step2) is (name != "momentum")

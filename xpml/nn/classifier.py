@@ -219,8 +219,9 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
             verbose=self.verbose,
         )
         if ctx.on_backend:
-            for obj in model.layers + [model.optimizer_]:
+            for obj in model.layers:
                 tree_update(obj, ctx.out)
+            model.opt_state_ = tree_map(ctx.out, model.opt_state_)
         self.model_ = model
         self.history_ = model.history
         self.loss_curve_ = list(model.history["loss"])

@@ -10,6 +10,7 @@ import array_api_compat
 
 from xpml.nn._base import Layer
 from xpml.nn.init import get_initialiser
+from xpml.utils._math import sigmoid, softmax
 
 __all__ = [
     "Dense",
@@ -23,18 +24,6 @@ __all__ = [
     "sigmoid",
     "softmax",
 ]
-
-
-def sigmoid(Z, /, *, xp):
-    """``1 / (1 + exp(-Z))`` without overflow for large ``|Z|``."""
-    e = xp.exp(-xp.abs(Z))
-    return xp.where(Z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def softmax(Z, /, *, xp):
-    """Row-wise softmax of ``Z`` (shifted by the row maximum)."""
-    E = xp.exp(Z - xp.max(Z, axis=-1, keepdims=True))
-    return E / xp.sum(E, axis=-1, keepdims=True)
 
 
 class Dense(Layer):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import array_api_compat
 
 from xpml.base import Persistable
-from xpml.nn.layers import sigmoid, softmax
 from xpml.utils._array_api import device as array_device
+from xpml.utils._math import sigmoid, softmax
 
 __all__ = ["SoftmaxCrossEntropy", "LogisticLoss", "MSELoss", "LOSSES", "get_loss"]
 

@@ -1,12 +1,19 @@
-"""Optimisers: SGD, momentum and Adam.
+"""Optimisers: SGD, momentum and Adam, with explicit state (as optax).
 
-``step(layers)`` updates every layer's ``params`` from its ``grads``
-(functionally: new arrays, nothing written in place). State (velocities,
-moments) is created lazily on the first step, keyed by layer index and
-parameter name.
+An optimiser holds only its hyperparameters. Its state is data the caller
+keeps: ``state = opt.init(params)`` makes it, and
+``params, state = opt.update(params, grads, state)`` returns new parameters
+and a new state, writing into nothing. ``params`` and ``grads`` are lists of
+dicts of arrays (one dict per layer, as ``layer.params`` / ``layer.grads``);
+the state is ``{"t": steps taken, "slots": [per-layer dicts]}``, so it can be
+moved between libraries, saved and compared like any other fitted value.
+``opt.step(layers, state)`` is the same update applied to layers in place of
+their ``params``; it returns the new state.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import array_api_compat
 
@@ -14,33 +21,51 @@ from xpml.base import Persistable
 
 __all__ = ["SGD", "Momentum", "Adam", "OPTIMISERS", "get_optimiser"]
 
-
-def _slots(layers):
-    for i, layer in enumerate(layers):
-        for key in layer.params:
-            yield f"{i}/{key}", layer, key
+Params = list[dict[str, Any]]
 
 
 class _Optimiser(Persistable):
-    def _check(self):
+    _n_slots = 0  # state arrays per parameter (velocity; first and second moments)
+
+    def _check(self) -> None:
         lr = self.learning_rate
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"learning_rate must be a float > 0; got {lr!r}")
 
-    def step(self, layers):
-        """Update the parameters of ``layers`` from their gradients."""
-        self._check()
-        if not hasattr(self, "state"):
-            self.state, self.t = {}, 0
-        self.t += 1
-        for slot, layer, key in _slots(layers):
-            layer.params[key] = self._update(slot, layer.params[key], layer.grads[key])
+    def init(self, params: Params) -> dict:
+        """The state before the first step: zero slots shaped like ``params``."""
 
-    def reset(self):
-        """Forget the state (velocities, moments, step count)."""
-        self.__dict__.pop("state", None)
-        self.__dict__.pop("t", None)
-        return self
+        def zeros(p):
+            return array_api_compat.array_namespace(p).zeros_like(p)
+
+        slots = [
+            {k: tuple(zeros(p) for _ in range(self._n_slots)) for k, p in d.items()}
+            for d in params
+        ]
+        return {"t": 0, "slots": slots}
+
+    def update(self, params: Params, grads: Params, state: dict) -> tuple[Params, dict]:
+        """One step: ``(new params, new state)``; the inputs are not modified."""
+        self._check()
+        t = state["t"] + 1
+        new_params, new_slots = [], []
+        for p_d, g_d, s_d in zip(params, grads, state["slots"], strict=True):
+            pairs = {k: self._rule(p_d[k], g_d[k], s_d[k], t) for k in p_d}
+            new_params.append({k: v[0] for k, v in pairs.items()})
+            new_slots.append({k: v[1] for k, v in pairs.items()})
+        return new_params, {"t": t, "slots": new_slots}
+
+    def step(self, layers: list, state: dict | None = None) -> dict:
+        """Update the ``params`` of ``layers`` from their ``grads``; returns the
+        new state (``init`` is called when ``state`` is None)."""
+        params = [dict(layer.params) for layer in layers]
+        if state is None:
+            state = self.init(params)
+        grads = [{k: layer.grads[k] for k in layer.params} for layer in layers]
+        new_params, state = self.update(params, grads, state)
+        for layer, p in zip(layers, new_params, strict=True):
+            layer.params = p
+        return state
 
 
 class SGD(_Optimiser):
@@ -53,15 +78,15 @@ class SGD(_Optimiser):
     >>> layer = Dense(1, random_state=0); _ = layer.forward(np.ones((1, 1)))
     >>> layer.params["W"], layer.grads["W"] = np.array([[1.0]]), np.array([[2.0]])
     >>> layer.grads["b"] = np.array([0.0])
-    >>> SGD(0.1).step([layer]); layer.params["W"].tolist()
-    [[0.8]]
+    >>> state = SGD(0.1).step([layer]); layer.params["W"].tolist(), state["t"]
+    ([[0.8]], 1)
     """
 
     def __init__(self, learning_rate=0.01):
         self.learning_rate = learning_rate
 
-    def _update(self, slot, p, g):
-        return p - self.learning_rate * g
+    def _rule(self, p, g, slots, t):
+        return p - self.learning_rate * g, slots
 
 
 class Momentum(_Optimiser):
@@ -78,11 +103,11 @@ class Momentum(_Optimiser):
         self.learning_rate = learning_rate
         self.momentum = momentum
 
-    def _update(self, slot, p, g):
-        v = self.state.get(slot)
-        v = g if v is None else self.momentum * v + g
-        self.state[slot] = v
-        return p - self.learning_rate * v
+    _n_slots = 1
+
+    def _rule(self, p, g, slots, t):
+        v = self.momentum * slots[0] + g
+        return p - self.learning_rate * v, (v,)
 
 
 class Adam(_Optimiser):
@@ -103,16 +128,16 @@ class Adam(_Optimiser):
         self.beta2 = beta2
         self.eps = eps
 
-    def _update(self, slot, p, g):
+    _n_slots = 2
+
+    def _rule(self, p, g, slots, t):
         xp = array_api_compat.array_namespace(p)
         b1, b2 = self.beta1, self.beta2
-        m, v = self.state.get(slot, (None, None))
-        m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
-        v = (1 - b2) * (g * g) if v is None else b2 * v + (1 - b2) * (g * g)
-        self.state[slot] = (m, v)
-        m_hat = m / (1 - b1**self.t)
-        v_hat = v / (1 - b2**self.t)
-        return p - self.learning_rate * m_hat / (xp.sqrt(v_hat) + self.eps)
+        m = b1 * slots[0] + (1 - b1) * g
+        v = b2 * slots[1] + (1 - b2) * (g * g)
+        m_hat = m / (1 - b1**t)
+        v_hat = v / (1 - b2**t)
+        return p - self.learning_rate * m_hat / (xp.sqrt(v_hat) + self.eps), (m, v)
 
 
 OPTIMISERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}

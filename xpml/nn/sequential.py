@@ -15,7 +15,7 @@ from xpml._backend import enter
 from xpml.base import Persistable
 from xpml.nn.losses import LogisticLoss, MSELoss, get_loss
 from xpml.nn.optim import get_optimiser
-from xpml.utils._tree import tree_update
+from xpml.utils._tree import tree_map, tree_update
 from xpml.utils.validation import check_array, check_random_state
 
 __all__ = ["Sequential"]
@@ -46,6 +46,41 @@ def _drop_caches(obj):
         delattr(obj, k)
 
 
+def _check_fit_args(epochs, batch_size, patience):
+    for name, v, lo in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
+    if patience is not None and (
+        not isinstance(patience, numbers.Integral) or patience < 1
+    ):
+        raise ValueError(f"patience must be None or an int >= 1; got {patience!r}")
+
+
+class _EarlyStopping:
+    """Stop after ``patience`` epochs without the monitored loss improving by
+    ``min_delta``; remember the best weights to restore them."""
+
+    def __init__(self, patience, min_delta):
+        self.patience, self.min_delta = patience, min_delta
+        self.best, self.best_state, self.waited = float("inf"), None, 0
+
+    def should_stop(self, monitored, layers):
+        if self.patience is None:
+            return False
+        if monitored < self.best - self.min_delta:
+            self.best, self.waited = monitored, 0
+            # arrays are replaced, never written into: references are a snapshot
+            self.best_state = [_snapshot(layer) for layer in layers]
+            return False
+        self.waited += 1
+        return self.waited >= self.patience
+
+    def restore(self, layers):
+        if self.best_state is not None:
+            for layer, state in zip(layers, self.best_state):
+                layer.__dict__.update(state)
+
+
 class Sequential(Persistable):
     """Layers applied in order, with a loss and an optimiser.
 
@@ -67,7 +102,10 @@ class Sequential(Persistable):
     history : dict of lists
         Per epoch: ``"loss"`` (mean training loss over the epoch's minibatches)
         and, with validation data, ``"val_loss"`` and ``"val_accuracy"``.
-    optimizer_ : optimiser object with its state.
+    optimizer_ : optimiser object (hyperparameters only).
+    opt_state_ : dict
+        The optimiser's explicit state (step count and slots), carried from one
+        ``fit`` call to the next.
     loss_ : loss object.
 
     Examples
@@ -157,9 +195,10 @@ class Sequential(Persistable):
     def _enter(self, X, y=None):
         ctx, (X, y) = enter(X, y, names=("X", "y"))
         X = check_array(X, xp=ctx.xp, name="X", ndim=(2, 3, 4), requested=ctx.dtype)
-        for obj in self._layers() + [getattr(self, "optimizer_", None)]:
-            if obj is not None:
-                tree_update(obj, ctx.take)
+        for obj in self._layers():
+            tree_update(obj, ctx.take)
+        if getattr(self, "opt_state_", None) is not None:
+            self.opt_state_ = tree_map(ctx.take, self.opt_state_)
         if y is not None:
             if int(y.shape[0]) != int(X.shape[0]):
                 raise ValueError(
@@ -205,45 +244,25 @@ class Sequential(Persistable):
             A tqdm progress bar over the epochs (or one printed line per epoch
             when tqdm is not installed).
         """
-        for name, v, lo in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-                raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
-        if patience is not None and (
-            not isinstance(patience, numbers.Integral) or patience < 1
-        ):
-            raise ValueError(f"patience must be None or an int >= 1; got {patience!r}")
+        _check_fit_args(epochs, batch_size, patience)
         self.loss_ = get_loss(self.loss)
         if not hasattr(self, "optimizer_"):
             self.optimizer_ = get_optimiser(self.optimizer, self.learning_rate)
         ctx, X, y = self._enter(X, y)
-        xp, device = ctx.xp, ctx.device
         rng = check_random_state(self.random_state)
-        self.build(tuple(X.shape[1:]), xp=xp, device=device, dtype=X.dtype, rng=rng)
-        n = int(X.shape[0])
+        self.build(
+            tuple(X.shape[1:]), xp=ctx.xp, device=ctx.device, dtype=X.dtype, rng=rng
+        )
+        if getattr(self, "opt_state_", None) is None:
+            self.opt_state_ = self.optimizer_.init([lay.params for lay in self.layers])
         history = {"loss": []}
         if validation_data is not None:
             history.update(val_loss=[], val_accuracy=[])
-        best, best_state, waited = float("inf"), None, 0
+        stop = _EarlyStopping(patience, min_delta)
         bar = _progress(epochs, verbose)
         for epoch in bar:
-            self.train()
-            order = rng.permutation(n) if shuffle else None
-            idx = None if order is None else xp.asarray(order, device=device)
-            total = 0.0
-            for start in range(0, n, batch_size):
-                stop = min(start + batch_size, n)
-                if idx is None:
-                    Xb, yb = X[start:stop, ...], y[start:stop]
-                else:
-                    Xb, yb = (
-                        xp.take(X, idx[start:stop], axis=0),
-                        xp.take(y, idx[start:stop]),
-                    )
-                loss = self.loss_.forward(self.forward(Xb), yb)
-                self.backward(self.loss_.backward())
-                self.optimizer_.step(self.layers)
-                total = total + loss * (stop - start)
-            history["loss"].append(float(total) / n)  # one device sync per epoch
+            order = rng.permutation(int(X.shape[0])) if shuffle else None
+            history["loss"].append(self._epoch(X, y, order, batch_size, ctx))
             monitored = history["loss"][-1]
             if validation_data is not None:
                 scores = self.evaluate(*validation_data)
@@ -251,24 +270,34 @@ class Sequential(Persistable):
                 history["val_accuracy"].append(scores.get("accuracy", float("nan")))
                 monitored = scores["loss"]
             self._report(bar, epoch, history, verbose)
-            if patience is not None:
-                if monitored < best - min_delta:
-                    best, waited = monitored, 0
-                    # arrays are replaced, never written into: references are a snapshot
-                    best_state = [_snapshot(layer) for layer in self.layers]
-                else:
-                    waited += 1
-                    if waited >= patience:
-                        break
-        if patience is not None and best_state is not None:
-            for layer, state in zip(self.layers, best_state):
-                layer.__dict__.update(state)
+            if stop.should_stop(monitored, self.layers):
+                break
+        stop.restore(self.layers)
         self.n_epochs_ = len(history["loss"])
         self.history = history
         for obj in self.layers + [self.loss_]:
             _drop_caches(obj)  # the last batch's windows are not worth keeping
         self.eval()
         return self
+
+    def _epoch(self, X, y, order, batch_size, ctx):
+        """One pass over the minibatches; the mean training loss (one sync)."""
+        xp, n = ctx.xp, int(X.shape[0])
+        idx = None if order is None else xp.asarray(order, device=ctx.device)
+        self.train()
+        total = 0.0
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            if idx is None:
+                Xb, yb = X[start:stop, ...], y[start:stop]
+            else:
+                Xb = xp.take(X, idx[start:stop], axis=0)
+                yb = xp.take(y, idx[start:stop])
+            loss = self.loss_.forward(self.forward(Xb), yb)
+            self.backward(self.loss_.backward())
+            self.opt_state_ = self.optimizer_.step(self.layers, self.opt_state_)
+            total = total + loss * (stop - start)
+        return float(total) / n  # one device sync per epoch
 
     @staticmethod
     def _report(bar, epoch, history, verbose):
