@@ -333,13 +333,14 @@ def _crafted_files(folder):
 _BOMB_CHILD = r"""
 import json, resource, sys, time
 import xpml
+import xpml.linear_model  # the arrays, not the class lookup, are under test
 
 cases = json.loads(sys.argv[1])
 report = {}
 for name, (path, max_bytes) in cases.items():
     t = time.perf_counter()
     try:
-        xpml.load(path, max_bytes=max_bytes)
+        xpml.load(path, **({} if max_bytes is None else {"max_bytes": max_bytes}))
         outcome = "loaded"
     except ValueError as exc:
         outcome = "ValueError: " + str(exc)
@@ -509,3 +510,90 @@ def test_fitted_shapes_and_dtypes_checked(tmp_path):
             xpml.load(_with_coef(tmp_path, f"{name}.xpml", np.asarray(coef)))
     with pytest.raises(ValueError, match="n_features_in_ is 'four'"):
         xpml.load(_with_coef(tmp_path, "n.xpml", np.ones(4), "four"))
+
+
+def _walk(node, out, depth=0):
+    """Every ``(container, key)`` slot of a JSON document."""
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, v in list(items):
+        out.append((node, k))
+        if isinstance(v, (dict, list)):
+            _walk(v, out, depth + 1)
+    return out
+
+
+def _junk_arrays():
+    out = {}
+    for key, arr in {
+        "a900": np.array(["x", "yy"]),
+        "a901": np.zeros((2, 3, 5), dtype=np.int8),
+        "a902": np.float32(3.0),
+        "a903": np.zeros((0, 7)),
+        "a904": np.array([True, False]),
+    }.items():
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.asarray(arr))
+        out[f"arrays/{key}.npy"] = buf.getvalue()
+    return out
+
+
+_JUNK = [
+    None, True, -1, 2**70, 1e308, float("nan"), "x", "", [], {}, [[1, 2]],
+    {"__array__": "a900"}, {"__array__": "a901"}, {"__array__": "a903"},
+    {"__array__": "a904"}, {"__array__": 7}, {"__scalar__": "a901"},
+    {"__scalar__": "a902"}, {"__tuple__": 5}, {"__tuple__": [1, [2]]},
+    {"__dict__": [[[], 1]]}, {"__dict__": [[{"__dict__": []}, 1]]},
+    {"__dict__": [[1]]}, {"__dict__": 3}, {"__complex__": ["a", 1]},
+    {"__complex__": [1, 2]}, {"__object__": "SVC"}, {"__object__": 5},
+    {"__object__": "SVC", "params": [], "state": {}},
+    {"__object__": "KMeans", "params": {"n_clusters": "many"}, "state": {}},
+    {"__object__": "Sequential", "params": {"layers": 3}},
+    {"__object__": "BaseEstimator"}, {"__object__": "os.system"},
+    {"__object__": "SVC", "module": "os", "state": {"predict": 1}},
+    {"__array__": "a0", "extra": 1}, {"predict": 1}, {"__class__": 1},
+]  # fmt: skip
+
+
+def test_fuzzed_files_raise_only_value_error(tmp_path):
+    """Random byte flips and random replaced JSON nodes either load or raise
+    ValueError: never TypeError, KeyError, zipfile.BadZipFile and so on."""
+    from _data import blobs
+
+    from xpml.svm import SVC
+
+    X, y = blobs()
+    path = tmp_path / "svc.xpml"
+    SVC(probability=True).fit(X, y).save(path)
+    data, rng = path.read_bytes(), np.random.default_rng(0)
+    outcomes = {"loaded": 0, "refused": 0}
+
+    def attempt(p):
+        try:
+            xpml.load(p)
+            outcomes["loaded"] += 1
+        except ValueError:
+            outcomes["refused"] += 1
+
+    for i in range(150):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad), size=rng.integers(1, 4)):
+            bad[pos] ^= int(rng.integers(1, 256))
+        (tmp_path / "flip.xpml").write_bytes(bytes(bad))
+        attempt(tmp_path / "flip.xpml")
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("model.json"))
+        entries = {n: zf.read(n) for n in zf.namelist() if n != "model.json"}
+    entries.update(_junk_arrays())
+    for i in range(300):
+        mutated = json.loads(json.dumps(doc))
+        slots = _walk(mutated, [])
+        for j in rng.integers(0, len(slots), size=rng.integers(1, 3)):
+            container, key = slots[j]
+            container[key] = _JUNK[rng.integers(len(_JUNK))]
+        p = tmp_path / "node.xpml"
+        with zipfile.ZipFile(p, "w") as zf:
+            zf.writestr("model.json", json.dumps(mutated))
+            for name, raw in entries.items():
+                zf.writestr(name, raw)
+        attempt(p)
+    assert outcomes["refused"] > 200, outcomes

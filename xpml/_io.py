@@ -281,6 +281,12 @@ class ModelFileError(ValueError):
         super().__init__(f"{path!r} is not a valid xpml model file: {why}")
 
 
+def _brief(exc):
+    """An error's message, cut short (it may quote bytes of the file)."""
+    text = str(exc)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 class _Budget:
     """Uncompressed bytes still allowed; every byte read is charged here."""
 
@@ -331,7 +337,7 @@ def _npy_header(reader, bad):
     except ModelFileError:
         raise
     except ValueError as exc:
-        raise bad(f"bad .npy header ({exc})") from exc
+        raise bad(f"bad .npy header ({_brief(exc)})") from exc
     if (
         dtype.kind not in _ARRAY_KINDS
         or dtype.fields is not None
@@ -385,18 +391,21 @@ def _read_json(zf, info, budget, path):
             path, f"model.json declares {info.file_size} bytes (at most {limit} read)"
         )
     parts = []
-    with zf.open(info) as fh:
-        reader = _Reader(fh, budget, "model.json")
-        while chunk := reader.read(_CHUNK):
-            parts.append(chunk)
-            if reader.count > limit:
-                raise ModelFileError(path, f"model.json is longer than {limit} bytes")
+    try:
+        with zf.open(info) as fh:
+            reader = _Reader(fh, budget, "model.json")
+            while chunk := reader.read(_CHUNK):
+                parts.append(chunk)
+                if reader.count > limit:
+                    raise ModelFileError(path, f"model.json is over {limit} bytes")
+    except _STREAM_ERRORS as exc:
+        raise ModelFileError(path, f"model.json is corrupted ({_brief(exc)})") from exc
     try:
         doc = json.loads(b"".join(parts))
     except RecursionError as exc:
         raise ModelFileError(path, "model.json is nested too deeply") from exc
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
-        raise ModelFileError(path, f"bad JSON ({exc})") from exc
+        raise ModelFileError(path, f"bad JSON ({_brief(exc)})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(path, "wrong format tag")
     if doc.get("format_version") != FORMAT_VERSION:
@@ -576,7 +585,7 @@ class _Decoder:
                 reader = _Reader(fh, self.budget, f"array {key!r}")
                 return _read_npy(reader, info.file_size, self.budget, bad)
         except _STREAM_ERRORS as exc:
-            raise bad(f"corrupted ({exc})") from exc
+            raise bad(f"corrupted ({_brief(exc)})") from exc
 
     def decode(self, node, depth):
         if depth > MAX_DEPTH:
@@ -684,7 +693,9 @@ def _open_archive(path, name):
     except (*_STREAM_ERRORS, ValueError, KeyError, IndexError, TypeError) as exc:
         if fh is not path:
             fh.close()
-        raise ModelFileError(name, f"it is truncated or corrupted ({exc})") from exc
+        raise ModelFileError(
+            name, f"it is truncated or corrupted ({_brief(exc)})"
+        ) from exc
 
 
 #: what a malformed file can make the standard library or NumPy raise; load
@@ -775,7 +786,7 @@ def load(
         raise
     except _CONTENT_ERRORS as exc:
         raise ModelFileError(
-            name, f"unexpected content ({type(exc).__name__}: {exc})"
+            name, f"unexpected content ({type(exc).__name__}: {_brief(exc)})"
         ) from exc
     finally:
         zf.close()
