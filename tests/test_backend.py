@@ -179,3 +179,49 @@ def test_xpml_device_environment_variable():
 def test_to_numpy_round_trip(xp):
     a = np.arange(6.0).reshape(2, 3)
     np.testing.assert_array_equal(to_numpy(xp.asarray(a)), a)
+
+
+def test_first_torch_use_from_many_threads_at_once():
+    """Eight threads make the first use of the torch backend together, in fresh
+    processes (the import races that crashed with 'partially initialized')."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import threading, numpy as np, xpml
+        from xpml.linear_model import Ridge
+        X = np.random.default_rng(0).normal(size=(50, 3)); y = X @ np.ones(3)
+        errors, start = [], threading.Barrier(8)
+        def work():
+            try:
+                start.wait()
+                with xpml.backend("torch"):
+                    Ridge().fit(X, y).predict(X)
+            except Exception as exc:
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        print(errors or "ok")
+        """
+    )
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
+        assert r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_bind_backend_carries_a_block_into_worker_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def name():
+        return xpml.get_backend().name
+
+    with xpml.backend("array_api_strict"), ThreadPoolExecutor(2) as pool:
+        plain = pool.submit(name).result()
+        bound = pool.submit(xpml.bind_backend(name)).result()
+    assert bound == "array_api_strict"
+    assert plain != "array_api_strict"  # the block is per thread (documented)
+    assert xpml.get_backend().name != "array_api_strict"

@@ -12,12 +12,19 @@ Subpackages follow scikit-learn's layout (``xpml.svm``, ``xpml.linear_model``,
 
 import importlib
 
-from xpml._backend import backend, get_backend, set_backend
+from xpml._backend import backend, bind_backend, get_backend, set_backend
 from xpml._io import load
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "backend", "get_backend", "set_backend", "load"]
+__all__ = [
+    "__version__",
+    "backend",
+    "bind_backend",
+    "get_backend",
+    "set_backend",
+    "load",
+]
 
 _SUBMODULES = {
     "base",

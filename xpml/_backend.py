@@ -23,6 +23,7 @@ import contextvars
 import dataclasses
 import importlib
 import os
+import threading
 from typing import Any
 
 import array_api_compat
@@ -35,6 +36,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "backend",
+    "bind_backend",
     "get_backend",
     "set_backend",
     "Context",
@@ -83,7 +85,15 @@ class Backend:
         )
 
 
+_IMPORT_LOCK = threading.RLock()  # one thread imports a backend; the others wait
+
+
 def _import_backend(name):
+    with _IMPORT_LOCK:
+        return _import_backend_locked(name)
+
+
+def _import_backend_locked(name):
     if name not in BACKENDS:
         allowed = ", ".join(repr(b) for b in BACKENDS)
         raise ValueError(f"unknown backend {name!r}; allowed backends are {allowed}")
@@ -99,6 +109,11 @@ def _import_backend(name):
 
 
 def _namespace(name):
+    with _IMPORT_LOCK:  # array-api-compat's wrapper modules import lazily too
+        return _namespace_locked(name)
+
+
+def _namespace_locked(name):
     mod = _import_backend(name)
     if name == "array_api_strict":
         return mod
@@ -226,6 +241,35 @@ def backend(name=None, device=None, dtype=None, output="input"):
         yield _state.get()
     finally:
         _state.reset(token)
+
+
+def bind_backend(fn):
+    """``fn`` wrapped to run under the backend active *here and now*.
+
+    A ``with xpml.backend(...)`` block holds for the thread that entered it (a
+    context variable); threads started inside it, such as the workers of a
+    ``concurrent.futures.ThreadPoolExecutor``, begin with the global backend
+    (:func:`set_backend`). Submit ``xpml.bind_backend(fn)`` to carry the block's
+    backend into the worker.
+
+    Examples
+    --------
+    >>> import xpml
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> with xpml.backend("numpy", dtype="float32"), ThreadPoolExecutor(2) as pool:
+    ...     pool.submit(xpml.bind_backend(lambda: xpml.get_backend().dtype)).result()
+    'float32'
+    """
+    active = get_backend()
+
+    def run(*args, **kwargs):
+        token = _state.set(active)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _state.reset(token)
+
+    return run
 
 
 # ----------------------------------------------------------------- conversions
