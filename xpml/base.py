@@ -34,11 +34,13 @@ from xpml.utils._tree import tree_update
 from xpml.utils.validation import (
     check_array,
     check_consistent_length,
+    check_feature_names,
     check_is_fitted,
     check_n_features,
     check_sample_weight,
     check_targets,
     encode_labels,
+    set_feature_names,
 )
 
 __all__ = [
@@ -216,6 +218,7 @@ class BaseEstimator(Persistable):
             classes, y = encode_labels(y, name="y")
             self.classes_ = classes
         check_consistent_length(X, y, sample_weight, names=("X", "y", "sample_weight"))
+        set_feature_names(self, X)
         ctx, (X, y, sample_weight) = enter(
             X, y, sample_weight, names=("X", "y", "sample_weight")
         )
@@ -260,6 +263,7 @@ class BaseEstimator(Persistable):
     ):
         """Check the estimator is fitted and validate ``X`` for predict/transform."""
         check_is_fitted(self)
+        check_feature_names(self, X)
         ctx, (X,) = enter(X, names=(name,))
         X = check_array(
             X,

@@ -205,6 +205,82 @@ def _assert_finite(X, xp, name):
     )
 
 
+def feature_names(X):
+    """The column names of a DataFrame-like ``X`` (pandas, polars ...), as a
+    NumPy string array, or None when it has none or they are not all strings.
+
+    Mixed string and non-string names raise ``TypeError`` (scikit-learn's rule).
+    """
+    columns = getattr(X, "columns", None)
+    if columns is None or isinstance(X, np.ndarray) or not hasattr(X, "shape"):
+        return None
+    names = list(columns)
+    kinds = {isinstance(c, str) for c in names}
+    if kinds == {True}:
+        return np.asarray(names, dtype=str)
+    if len(kinds) == 2:
+        raise TypeError(
+            "Feature names are only supported if all input features have string "
+            f"names, but your input has {sorted({type(c).__name__ for c in names})} "
+            "as feature name / column name types. Convert them all to str (e.g. "
+            "X.columns = X.columns.astype(str)) or give none."
+        )
+    return None
+
+
+def set_feature_names(estimator, X):
+    """Record ``feature_names_in_`` at fit time (or drop a stale one)."""
+    names = feature_names(X)
+    if names is None:
+        estimator.__dict__.pop("feature_names_in_", None)
+    else:
+        estimator.feature_names_in_ = names
+
+
+def check_feature_names(estimator, X):
+    """At predict time: the columns of ``X`` must be those seen in fit, in the
+    same order (``ValueError`` in scikit-learn's words); a warning when only one
+    of fit and predict had names."""
+    fitted = getattr(estimator, "feature_names_in_", None)
+    names = feature_names(X)
+    est = type(estimator).__name__
+    if fitted is None and names is None:
+        return
+    if fitted is None:
+        warnings.warn(
+            f"X has feature names, but {est} was fitted without feature names",
+            UserWarning,
+            stacklevel=4,
+        )
+        return
+    if names is None:
+        warnings.warn(
+            f"X does not have valid feature names, but {est} was fitted with "
+            f"feature names",
+            UserWarning,
+            stacklevel=4,
+        )
+        return
+    if len(fitted) == len(names) and np.array_equal(fitted, names):
+        return
+    raise ValueError(_names_message(list(fitted), list(names)))
+
+
+def _names_message(fitted, names):
+    unseen = [n for n in names if n not in set(fitted)]
+    missing = [n for n in fitted if n not in set(names)]
+    message = "The feature names should match those that were passed during fit.\n"
+    if unseen:
+        message += "Feature names unseen at fit time:\n"
+        message += "".join(f"- {n}\n" for n in unseen[:5])
+    if missing:
+        message += "Feature names seen at fit time, yet now missing:\n"
+        message += "".join(f"- {n}\n" for n in missing[:5])
+    if not unseen and not missing:
+        message += "Feature names must be in the same order as they were in fit.\n"
+    return message
+
+
 def check_n_features(estimator, X, name="X"):
     """Check that ``X`` has as many columns as the data ``estimator`` was fitted on."""
     expected = getattr(estimator, "n_features_in_", None)
