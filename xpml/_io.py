@@ -33,7 +33,6 @@ import contextlib
 import errno
 import importlib
 import inspect
-import io
 import json
 import keyword
 import math
@@ -173,10 +172,10 @@ def _encode_object(value, arrays, where):
 def _write_zip(fh, doc, arrays):
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("model.json", json.dumps(doc))
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, arr, allow_pickle=False)
-            zf.writestr(f"arrays/{key}.npy", buf.getvalue())
+        for key, arr in arrays.items():  # streamed: no second copy in memory
+            big = arr.nbytes > (1 << 30)  # zip64 sizes past 2 GiB
+            with zf.open(f"arrays/{key}.npy", "w", force_zip64=big) as out:
+                np.lib.format.write_array(out, arr, allow_pickle=False)
 
 
 def _open_temp(folder, base):
