@@ -44,11 +44,15 @@ import stat
 import struct
 import zipfile
 import zlib
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import array_api_compat
 import numpy as np
 
 from xpml._backend import get_backend, move, to_numpy
+
+if TYPE_CHECKING:
+    from xpml.base import Persistable
 
 __all__ = ["save", "load"]
 
@@ -224,7 +228,7 @@ def _replace_atomically(target, doc, arrays):
     _fsync_folder(folder)
 
 
-def save(obj, path) -> None:
+def save(obj: Persistable, path: str | os.PathLike | BinaryIO) -> None:
     """Save an xpml estimator (fitted or not) to ``path``.
 
     The file is written in full to a temporary file in the same folder,
@@ -712,8 +716,13 @@ _CONTENT_ERRORS = (
 
 
 def load(
-    path, *, backend=None, device=None, max_bytes=None, expected_class=None
-) -> object:
+    path: str | os.PathLike | BinaryIO,
+    *,
+    backend: str | None = None,
+    device: Any = None,
+    max_bytes: int | None = None,
+    expected_class: type | None = None,
+) -> Any:
     """Load an object saved with ``est.save(path)`` (or :func:`save`).
 
     A file is untrusted input: nothing in it is executed, and it is checked
