@@ -305,7 +305,14 @@ def to_numpy(x) -> np.ndarray:
 
 def move(x, xp, device=None):
     """Return ``x`` as an array of namespace ``xp`` on ``device`` (no copy when
-    it is there already)."""
+    it is there already).
+
+    Into torch or CuPy, the buffer is handed over by DLPack where both sides
+    support it (CuPy <-> torch on a GPU, NumPy -> torch on the CPU): no copy,
+    and a GPU array never round-trips through the host. Otherwise, or when
+    DLPack refuses, through a NumPy copy on the host. A read-only NumPy array
+    is copied first (DLPack cannot mark a buffer read-only).
+    """
     if x is None:
         return None
     if _is_namespace(x, xp) and (device is None or _same_device(x, device)):
@@ -315,13 +322,42 @@ def move(x, xp, device=None):
         return x.to(device) if device is not None else x
     if name == "cupy" and array_api_compat.is_cupy_array(x):
         return x
+    shared = _by_dlpack(x, xp, name, device)
+    if shared is not None:
+        return shared
     host = to_numpy(x)
+    if name == "torch" and not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))  # torch: native order only
     if name == "torch" and not host.flags.writeable:
         host = host.copy()  # torch warns on non-writable buffers
     kwargs = {} if device is None else {"device": device}
     if name == "numpy":
         return host
     return xp.asarray(host, **kwargs)
+
+
+_DLPACK_CPU = 1  # DLPack's device type of host memory (dlpack.h kDLCPU)
+_DLPACK_REFUSALS = (BufferError, TypeError, ValueError, RuntimeError, AttributeError)
+
+
+def _by_dlpack(x, xp, name, device):
+    """``x`` in torch or CuPy through DLPack, on ``x``'s own device, then moved
+    to ``device`` inside that library; None where DLPack does not apply."""
+    if name not in ("torch", "cupy") or not hasattr(x, "__dlpack__"):
+        return None
+    if array_api_compat.is_torch_array(x):
+        x = x.detach()
+    elif isinstance(x, np.ndarray) and not x.flags.writeable:
+        x = x.copy()  # the receiver could write into a shared read-only buffer
+    try:
+        if name == "cupy" and x.__dlpack_device__()[0] == _DLPACK_CPU:
+            return None  # CuPy takes device buffers only: the host path uploads
+        out = xp.from_dlpack(x)
+    except _DLPACK_REFUSALS:
+        return None
+    if device is not None and not _same_device(out, device):
+        out = xp.asarray(out, device=device)
+    return out
 
 
 def _namespace_name(xp):
