@@ -183,3 +183,87 @@ def test_check_can_fail():
     assert _misplaced({"predict": xps.zeros(3)}, object()) == [
         "predict[0] on " + str(xps.zeros(3).device)
     ]
+
+
+# ------------------------------------------------- move() between libraries
+@pytest.fixture
+def torch_ns(monkeypatch):
+    """array-api-compat's torch namespace, its from_dlpack spied on."""
+    torch = pytest.importorskip("torch")
+    import array_api_compat
+
+    xt = array_api_compat.array_namespace(torch.zeros(1))
+    calls = []
+    real = xt.from_dlpack
+
+    def spy(x, *args, **kwargs):
+        calls.append(type(x).__name__)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(xt, "from_dlpack", spy)
+    return torch, xt, calls
+
+
+def test_move_numpy_to_torch_by_dlpack_without_a_copy(torch_ns):
+    from xpml._backend import move
+
+    torch, xt, calls = torch_ns
+    a = np.arange(12.0).reshape(3, 4)[:, 1:]  # strided view: DLPack keeps strides
+    t = move(a, xt)
+    assert calls == ["ndarray"]
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.float64
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert t.data_ptr() == a.ctypes.data  # the same buffer
+    t32 = move(np.arange(3, dtype=np.int32), xt, torch.device("cpu"))
+    assert t32.dtype == torch.int32 and t32.device == torch.device("cpu")
+
+
+def test_move_read_only_numpy_is_not_shared_writably(torch_ns):
+    from xpml._backend import move
+
+    torch, xt, calls = torch_ns
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    t = move(a, xt)
+    assert calls == ["ndarray"]  # DLPack, of a private copy
+    t[0] = 99.0
+    assert a[0] == 0.0 and not a.flags.writeable
+
+
+def test_move_falls_back_to_the_host_when_dlpack_refuses(torch_ns):
+    from xpml._backend import move
+
+    torch, xt, calls = torch_ns
+    a = np.arange(5.0, dtype=">f8")  # big-endian: NumPy cannot export it
+    t = move(a, xt)
+    assert calls == ["ndarray"]  # tried
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert t.dtype == torch.float64
+
+
+def test_move_torch_back_to_numpy_is_equal(torch_ns):
+    from xpml._backend import move
+
+    torch, xt, _ = torch_ns
+    t = torch.linspace(0, 1, 5, dtype=torch.float64, requires_grad=True)
+    a = move(t, np)
+    assert isinstance(a, np.ndarray)
+    np.testing.assert_array_equal(a, t.detach().numpy())
+
+
+@pytest.mark.gpu
+def test_move_between_cupy_and_torch_stays_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU: run by ci/gpu_check.sh on a GPU machine")
+    import array_api_compat
+
+    from xpml._backend import move
+
+    c = cupy.arange(6, dtype=cupy.float64)
+    t = move(c, array_api_compat.array_namespace(torch.zeros(1)))
+    assert t.is_cuda and t.data_ptr() == c.data.ptr
+    back = move(t * 2, array_api_compat.array_namespace(c))
+    assert isinstance(back, cupy.ndarray)
+    cupy.testing.assert_array_equal(back, c * 2)

@@ -367,13 +367,25 @@ def _mode_class():
     return torch, _CountingMode
 
 
+def _factory_slots(torch):
+    """(module, name) of every reference to ``from_numpy`` / ``from_dlpack``
+    that code reaches: torch's own and array-api-compat's copies."""
+    import importlib
+
+    mods = [torch, importlib.import_module("torch.utils.dlpack")]
+    try:
+        mods.append(importlib.import_module("array_api_compat.torch"))
+    except ImportError:  # pragma: no cover - array-api-compat is a dependency
+        pass
+    names = ("from_numpy", "from_dlpack")
+    return [(m, n) for m in mods for n in names if hasattr(m, n)]
+
+
 @contextlib.contextmanager
 def _spy_host_factories(torch, mode):
     """``from_numpy`` and ``from_dlpack`` take no part in torch's function
     modes: wrap them for the duration of the block."""
-    import torch.utils.dlpack as dl
-
-    patched = [(torch, "from_numpy"), (torch, "from_dlpack"), (dl, "from_dlpack")]
+    patched = _factory_slots(torch)
     saved = [getattr(m, n) for m, n in patched]
 
     def wrap(fn):
@@ -438,9 +450,10 @@ def count_syncs(*, sites: bool = False) -> Iterator[SyncCount]:
     Notes
     -----
     Nested torch calls made by a counted call are not counted again (the mode
-    is off while torch runs a call). ``torch.from_numpy`` and
-    ``torch.from_dlpack`` are wrapped in the torch module for the duration of
-    the block (not thread-safe); code that imported them by name escapes.
+    is off while torch runs a call). ``from_numpy`` and
+    ``from_dlpack`` are wrapped in torch, ``torch.utils.dlpack`` and
+    array-api-compat's torch namespace for the duration of the block (not
+    thread-safe); other code that imported them by name escapes.
     """
     torch, mode_class = _mode_class()
     count = SyncCount()
