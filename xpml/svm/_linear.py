@@ -38,12 +38,14 @@ import warnings
 from numbers import Integral, Real
 from typing import Any
 
+import array_api_extra as xpx
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning
 from xpml.utils._array_api import device, eps
+from xpml.utils._math import psd_lstsq
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import decode_labels
 
@@ -56,6 +58,7 @@ _SIGMA1, _SIGMA2, _SIGMA3 = 0.25, 0.5, 4.0
 _CG_RTOL = 0.1  # CG stops at ‖r‖ ≤ 0.1 ‖∇f‖ (LIBLINEAR's eps_cg)
 _CG_CHECK = 4  # CG steps between host reads of "all subproblems done"
 _MU0, _MU_SHRINK, _MU_MIN = 1.0, 0.1, 1e-3  # proximal weights of the hinge dual
+_FACE_MAX = 4096  # largest free set the exact face step is tried on
 
 
 @dataclasses.dataclass
@@ -226,7 +229,7 @@ def _tron(loss, W, stop, max_iter, /, *, xp):
     gnorm0 = xp.sqrt(_rowdot(G, G, xp=xp))
     delta = gnorm0
     done = stop(W, G, alpha, gnorm0)
-    small = max(1e-12, 10.0 * eps(W.dtype, xp))
+    small = 10.0 * eps(W.dtype, xp)  # relative reduction below rounding: stalled
     status = _status(f, G, done, xp=xp)
     it = 0
     while status == 0 and it < max_iter:
@@ -287,8 +290,52 @@ def _solve_squared_hinge(loss, tol, max_iter, dual, /, *, xp):
     return W, alpha, Dg, it, converged
 
 
+def _face_step(loss, alpha, /, *, xp):
+    """The exact hinge solution for the current partition of ``α`` into zero,
+    free and at ``C``, or None when a free set is empty or over ``_FACE_MAX``.
+
+    On the face, ``w = Σ_{α=C} Cᵢyᵢxᵢ + Σ_{free} βᵢyᵢxᵢ`` with ``yᵢ w·xᵢ = 1``
+    on the free set: a least-squares system in the free ``β`` (the dual's
+    Newton step on that face). The result is clipped to the box, so it is a
+    feasible dual point whatever the partition.
+    """
+    C, Y, Z = loss.C, loss.Y, loss.Z
+    free = (alpha > 0.0) & (alpha < C)
+    sizes = to_numpy(xp.sum(xp.astype(free, xp.int32), axis=0))  # one host read
+    # beyond p free points the face system is over-determined (and eigh costly)
+    if sizes.min() == 0 or sizes.max() > min(_FACE_MAX, 2 * Z.shape[1]):
+        return None
+    zero = xp.zeros_like(C)
+    base = xp.where(alpha >= C, C, zero)
+    cols = []
+    for r in range(Y.shape[1]):  # one-vs-rest subproblems, not samples
+        idx = xp.nonzero(free[:, r])[0]
+        yr = Y[:, r]
+        w_bound = (base[:, r] * yr) @ Z
+        A = xp.take(yr, idx)[:, None] * xp.take(Z, idx, axis=0)
+        beta = psd_lstsq(A @ A.T, 1.0 - A @ w_bound, xp=xp)
+        col = xpx.at(base[:, r])[idx].set(beta)
+        cols.append(xp.minimum(xp.maximum(col, zero[:, r]), C[:, r]))
+    return xp.stack(cols, axis=1)
+
+
+def _polish(loss, alpha, Wd, spread, /, *, xp):
+    """Try the exact face step; keep it for the subproblems it improves."""
+    cand = _face_step(loss, alpha, xp=xp)
+    if cand is None:
+        return alpha, Wd, spread
+    Wc = (cand * loss.Y).T @ loss.Z
+    zero_D = xp.zeros_like(loss.C)
+    spread_c = _dual_pg_spread(loss, Wc, cand, loss.C, zero_D, xp=xp)
+    better = spread_c < spread
+    alpha = xp.where(better[None, :], cand, alpha)
+    Wd = xp.where(better[:, None], Wc, Wd)
+    return alpha, Wd, xp.where(better, spread_c, spread)
+
+
 def _solve_hinge(loss, tol, max_iter, /, *, xp):
-    """Proximal point iterations on the hinge dual, each solved by TRON."""
+    """Proximal point iterations on the hinge dual, each solved by TRON and
+    followed by an exact step on the face the iterate has found."""
     k, p = loss.Y.shape[1], loss.Z.shape[1]
     W = xp.zeros((k, p), dtype=loss.Z.dtype, device=device(loss.Z))
     zero_D = xp.zeros_like(loss.C)
@@ -307,11 +354,13 @@ def _solve_hinge(loss, tol, max_iter, /, *, xp):
         total += max(it, 1)
         Wd = (alpha * loss.Y).T @ loss.Z
         spread = _dual_pg_spread(loss, Wd, alpha, loss.C, zero_D, xp=xp)
+        alpha, Wd, spread = _polish(loss, alpha, Wd, spread, xp=xp)
         if float(xp.max(spread)) <= tol:  # one host read per proximal step
             converged = True
             break
         mu = max(prox.mu * _MU_SHRINK, _MU_MIN)
         prox = dataclasses.replace(prox, a=alpha, mu=mu)
+        W = Wd
     return Wd, alpha, zero_D, total, converged
 
 
@@ -376,79 +425,80 @@ def _targets_and_costs(y, sw, cw, C, k, /, *, xp):
 class LinearSVC(ClassifierMixin, BaseEstimator):
     """Linear support vector classifier (LIBLINEAR's problems, Newton solvers).
 
-    Minimises ``½‖w‖² + C Σᵢ sᵢ L(yᵢ w·xᵢ)`` with ``L`` the hinge ``max(0, 1−m)``
-    or the squared hinge ``max(0, 1−m)²`` (``sᵢ`` the sample weights times the
-    class weights). Multi-class problems are solved one versus rest, all
-    subproblems together.
+        Minimises ``½‖w‖² + C Σᵢ sᵢ L(yᵢ w·xᵢ)`` with ``L`` the hinge ``max(0, 1−m)``
+        or the squared hinge ``max(0, 1−m)²`` (``sᵢ`` the sample weights times the
+        class weights). Multi-class problems are solved one versus rest, all
+        subproblems together.
 
-    Parameters
-    ----------
-    penalty : {"l2"}, default="l2"
-    loss : {"hinge", "squared_hinge"}, default="squared_hinge"
-    dual : "auto" or bool, default="auto"
-        Which optimality test ``tol`` refers to (see Notes): the dual's
-        projected gradient (True) or the primal gradient norm (False). "auto"
-        is False for the squared hinge when ``n_samples > n_features`` and True
-        otherwise; the hinge loss has only the dual (``dual=False`` raises).
-    tol : float, default=1e-4
-    C : float, default=1.0
-        Inverse regularisation strength (> 0).
-    multi_class : {"ovr"}, default="ovr"
-    fit_intercept : bool, default=True
-        Learn an intercept by appending a constant feature ``intercept_scaling``
-        to every sample. As in LIBLINEAR the intercept is then regularised
-        like the other weights; a larger ``intercept_scaling`` weakens that.
-    intercept_scaling : float, default=1.0
-    class_weight : dict, "balanced" or None, default=None
-        Multiplies ``C`` for the samples of each class (of the positive class
-        only in a one-vs-rest subproblem with more than two classes).
-    max_iter : int, default=1000
-        Maximum number of Newton steps (over all proximal steps for the hinge).
-    random_state : ignored
-        Kept for scikit-learn compatibility; the solvers are deterministic.
+        Parameters
+        ----------
+        penalty : {"l2"}, default="l2"
+        loss : {"hinge", "squared_hinge"}, default="squared_hinge"
+        dual : "auto" or bool, default="auto"
+            Which optimality test ``tol`` refers to (see Notes): the dual's
+            projected gradient (True) or the primal gradient norm (False). "auto"
+            is False for the squared hinge when ``n_samples > n_features`` and True
+            otherwise; the hinge loss has only the dual (``dual=False`` raises).
+        tol : float, default=1e-4
+        C : float, default=1.0
+            Inverse regularisation strength (> 0).
+        multi_class : {"ovr"}, default="ovr"
+        fit_intercept : bool, default=True
+            Learn an intercept by appending a constant feature ``intercept_scaling``
+            to every sample. As in LIBLINEAR the intercept is then regularised
+            like the other weights; a larger ``intercept_scaling`` weakens that.
+        intercept_scaling : float, default=1.0
+        class_weight : dict, "balanced" or None, default=None
+            Multiplies ``C`` for the samples of each class (of the positive class
+            only in a one-vs-rest subproblem with more than two classes).
+        max_iter : int, default=1000
+            Maximum number of Newton steps (over all proximal steps for the hinge).
+        random_state : ignored
+            Kept for scikit-learn compatibility; the solvers are deterministic.
 
-    Attributes
-    ----------
-    coef_ : array of shape (1, n_features) for two classes, else (n_classes, n_features)
-    intercept_ : array of shape (1,) or (n_classes,)
-        Zeros when ``fit_intercept=False``.
-    classes_ : array of shape (n_classes,)
-    n_iter_ : int
-        Newton steps run (all subproblems advance together).
-    dual_coef_ : array of shape (n_samples,) or (n_samples, n_classes)
-        ``αᵢyᵢ`` of each subproblem (labels ``±1``); for the hinge loss
-        ``w = Σᵢ dual_coef_[i] xᵢ`` over the (augmented) samples exactly, for
-        the squared hinge up to the final gradient.
-    primal_objective_, dual_objective_ : array of shape (1,) or (n_classes,)
-        Objective values at the solution; ``primal − dual ≥ 0`` is the duality
-        gap, a certificate of convergence.
-    n_features_in_ : int
+        Attributes
+        ----------
+        coef_ : array of shape (1, n_features) for two classes, else (n_classes, n_features)
+        intercept_ : array of shape (1,) or (n_classes,)
+            Zeros when ``fit_intercept=False``.
+        classes_ : array of shape (n_classes,)
+        n_iter_ : int
+            Newton steps run (all subproblems advance together).
+        dual_coef_ : array of shape (n_samples,) or (n_samples, n_classes)
+            ``αᵢyᵢ`` of each subproblem (labels ``±1``); for the hinge loss
+            ``w = Σᵢ dual_coef_[i] xᵢ`` over the (augmented) samples exactly, for
+            the squared hinge up to the final gradient.
+        primal_objective_, dual_objective_ : array of shape (1,) or (n_classes,)
+            Objective values at the solution; ``primal − dual ≥ 0`` is the duality
+            gap, a certificate of convergence.
+        n_features_in_ : int
 
-    Notes
-    -----
-    Dual of a subproblem (labels ``±1``): ``max Σα − ½‖Σ αᵢyᵢxᵢ‖² − ½ΣDᵢαᵢ²``
-    s.t. ``0 ≤ αᵢ ≤ Uᵢ``; hinge: ``Dᵢ = 0, Uᵢ = Cᵢ``; squared hinge:
-    ``Dᵢ = 1/(2Cᵢ), Uᵢ = ∞``. The module docstring describes the solvers.
+        Notes
+        -----
+        Dual of a subproblem (labels ``±1``): ``max Σα − ½‖Σ αᵢyᵢxᵢ‖² − ½ΣDᵢαᵢ²``
+        s.t. ``0 ≤ αᵢ ≤ Uᵢ``; hinge: ``Dᵢ = 0, Uᵢ = Cᵢ``; squared hinge:
+        ``Dᵢ = 1/(2Cᵢ), Uᵢ = ∞``. The module docstring describes the solvers.
 
-    References
-    ----------
-    Lin, Weng & Keerthi, "Trust region Newton method for large-scale logistic
-    regression", JMLR 2008. Hsieh, Chang, Lin, Keerthi & Sundararajan, "A dual
-    coordinate descent method for large-scale linear SVM", ICML 2008. Yan &
-    Li, "An efficient augmented Lagrangian method for support vector machine",
-    Optimization Methods and Software 2020.
+        References
+        ----------
+        Lin, Weng & Keerthi, "Trust region Newton method for large-scale logistic
+        regression", JMLR 2008. Hsieh, Chang, Lin, Keerthi & Sundararajan, "A dual
+        coordinate descent method for large-scale linear SVM", ICML 2008. Yan &
+        Li, "An efficient augmented Lagrangian method for support vector machine",
+        Optimization Methods and Software 2020.
 
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from xpml.svm import LinearSVC
-    >>> X = np.array([[-2.0, -1.0], [-1.0, -2.0], [1.0, 2.0], [2.0, 1.0]])
-    >>> y = np.array([0, 0, 1, 1])
-    >>> clf = LinearSVC(loss="hinge", fit_intercept=False).fit(X, y)
-    >>> clf.predict(np.array([[3.0, 3.0], [-3.0, -2.0]])).tolist()
-    [1, 0]
-    >>> bool(clf.primal_objective_[0] - clf.dual_objective_[0] < 1e-3)
-    True
+        Examples
+        --------
+        >>> import array_api_extra as xpx
+    import numpy as np
+        >>> from xpml.svm import LinearSVC
+        >>> X = np.array([[-2.0, -1.0], [-1.0, -2.0], [1.0, 2.0], [2.0, 1.0]])
+        >>> y = np.array([0, 0, 1, 1])
+        >>> clf = LinearSVC(loss="hinge", fit_intercept=False).fit(X, y)
+        >>> clf.predict(np.array([[3.0, 3.0], [-3.0, -2.0]])).tolist()
+        [1, 0]
+        >>> bool(clf.primal_objective_[0] - clf.dual_objective_[0] < 1e-3)
+        True
     """
 
     _parameter_constraints = {
