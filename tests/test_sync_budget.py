@@ -87,7 +87,12 @@ def _spy(module, name, add):
     import importlib
 
     mod = importlib.import_module(module)
-    original = getattr(mod, name)
+    original = getattr(mod, name, None)
+    if original is None:
+        raise LookupError(
+            f"the unit counter {module}.{name} is gone: update UNIT_SPIES in "
+            f"tests/test_sync_budget.py to count the solver's units"
+        )
     total = [0]
 
     def spy(*args, **kwargs):

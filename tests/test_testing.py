@@ -25,6 +25,7 @@ SYNCS = [
     ("int", lambda t: int(t[1])),
     ("bool", lambda t: bool(t[1] > 0)),
     ("bool", lambda t: 1 if t[2] > 0 else 0),
+    ("bool", lambda t: 2.0 in t),
     ("index", lambda t: [10, 11, 12][t.to(torch.int64)[1]]),
     ("tolist", lambda t: t.tolist()),
     ("numpy", lambda t: t.numpy()),

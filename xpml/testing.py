@@ -37,7 +37,7 @@ SYNC_KINDS = (
     "item",  # Tensor.item()
     "float",  # float(t)
     "int",  # int(t)
-    "bool",  # bool(t), `if t:`, `while t:`
+    "bool",  # bool(t), `if t:`, `while t:`, `v in t`
     "index",  # operator.index(t): a tensor used as a Python index
     "complex",  # complex(t)
     "tolist",  # Tensor.tolist()
@@ -181,6 +181,7 @@ def _sync_table(torch):
         T.__int__: "int",
         T.__bool__: "bool",
         T.__index__: "index",
+        T.__contains__: "bool",
         T.__complex__: "complex",
         T.tolist: "tolist",
         T.numpy: "numpy",
