@@ -597,3 +597,40 @@ def test_fuzzed_files_raise_only_value_error(tmp_path):
                 zf.writestr(name, raw)
         attempt(p)
     assert outcomes["refused"] > 200, outcomes
+
+
+def test_string_arrays_stay_numpy_on_another_backend(tmp_path):
+    pytest.importorskip("torch")
+    pd = pytest.importorskip("pandas")
+    from _data import blobs
+
+    from xpml.svm import SVC
+
+    X, y = blobs()
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    labels = np.array(["ant", "bee", "cat"])[y]
+    model = SVC(kernel="linear").fit(frame, labels)
+    model.save(tmp_path / "m.xpml")
+    for backend in ("torch", "array_api_strict"):
+        again = xpml.load(tmp_path / "m.xpml", backend=backend)
+        assert again.classes_.dtype.kind == "U" and isinstance(
+            again.classes_, np.ndarray
+        )
+        np.testing.assert_array_equal(again.feature_names_in_, model.feature_names_in_)
+        assert not isinstance(again.support_vectors_, np.ndarray)
+    np.testing.assert_array_equal(
+        xpml.load(tmp_path / "m.xpml").predict(frame), model.predict(frame)
+    )
+
+
+def test_feature_names_checked(tmp_path):
+    for i, names in enumerate((["a", "b"], [["a"] * 4], [1.0, 2.0, 3.0, 4.0])):
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.asarray(names))
+        data = buf.getvalue()
+        state = {"feature_names_in_": {"__array__": "a0"}, "n_features_in_": 4}
+        doc = {**_HEAD, "object": _linear_doc(state)}
+        entry = ("arrays/a0.npy", data, zlib.crc32(data), len(data), 0)
+        p = _raw_zip(tmp_path / f"{i}.xpml", [_json_entry(doc), entry])
+        with pytest.raises(ValueError, match="feature_names_in_ must be a 1-D string"):
+            xpml.load(p)

@@ -532,14 +532,25 @@ def _is_numeric_array(v):
 
 
 def _check_feature_shapes(cls, state, bad):
-    """``n_features_in_`` is a count and the per-feature attributes (see
-    ``_FEATURE_AXIS_ATTRS``, or the class's ``_xpml_state_shapes``) are numeric
-    arrays whose last axis has that length."""
+    """``n_features_in_`` is a count, ``feature_names_in_`` that many strings,
+    and the per-feature attributes (see ``_FEATURE_AXIS_ATTRS``, or the class's
+    ``_xpml_state_shapes``) numeric arrays whose last axis has that length."""
     n = state.get("n_features_in_")
     if "n_features_in_" in state and (
         not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0
     ):
         raise bad(f"{cls.__name__}.n_features_in_ is {n!r}, not a count")
+    names = state.get("feature_names_in_")
+    if names is not None and not (
+        isinstance(names, np.ndarray)
+        and names.dtype.kind == "U"
+        and names.ndim == 1
+        and (n is None or names.shape[0] == n)
+    ):
+        raise bad(
+            f"{cls.__name__}.feature_names_in_ must be a 1-D string array with "
+            f"n_features_in_={n} entries; got {names!r:.80}"
+        )
     for k in getattr(cls, "_xpml_state_shapes", _FEATURE_AXIS_ATTRS):
         v = state.get(k)
         if v is None:
@@ -606,7 +617,9 @@ class _Decoder:
         ((tag, value),) = node.items()
         if tag == "__array__":
             arr = self.array(value)
-            return arr if self.xp is None else move(arr, self.xp, self.device)
+            if self.xp is None or arr.dtype.kind not in _NUMERIC_KINDS:
+                return arr  # strings (labels, feature names) stay NumPy
+            return move(arr, self.xp, self.device)
         if tag == "__scalar__":
             arr = self.array(value)
             if arr.ndim != 0:
