@@ -634,3 +634,42 @@ def test_feature_names_checked(tmp_path):
         p = _raw_zip(tmp_path / f"{i}.xpml", [_json_entry(doc), entry])
         with pytest.raises(ValueError, match="feature_names_in_ must be a 1-D string"):
             xpml.load(p)
+
+
+def test_readers_never_see_a_partial_file(tmp_path):
+    """Threads saving two models over one path while another thread loads it:
+    every load sees one whole file or the other."""
+    import threading
+
+    from xpml.neighbors import NearestNeighbors
+
+    X = np.random.default_rng(0).normal(size=(500, 20))  # ~80 kB, not instant
+    small, _ = _fitted()
+    big = NearestNeighbors().fit(X)
+    path = tmp_path / "m.xpml"
+    small.save(path)
+    seen, errors, done = set(), [], threading.Event()
+
+    def writer(model):
+        for _ in range(15):
+            model.save(path)
+
+    def reader():
+        while not done.is_set():
+            try:
+                seen.add(type(xpml.load(path)).__name__)
+            except Exception as exc:  # any failure is the bug under test
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=writer, args=(m,)) for m in (small, big)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    assert errors == []
+    assert seen <= {"LinearRegression", "NearestNeighbors"} and seen
+    assert sorted(os.listdir(tmp_path)) == ["m.xpml"]
