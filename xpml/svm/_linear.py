@@ -314,7 +314,7 @@ def _face_step(loss, alpha, /, *, xp):
         w_bound = (base[:, r] * yr) @ Z
         A = xp.take(yr, idx)[:, None] * xp.take(Z, idx, axis=0)
         beta = psd_lstsq(A @ A.T, 1.0 - A @ w_bound, xp=xp)
-        col = xpx.at(base[:, r])[idx].set(beta)
+        col = xpx.at(base[:, r])[free[:, r]].set(beta)  # rows in nonzero order
         cols.append(xp.minimum(xp.maximum(col, zero[:, r]), C[:, r]))
     return xp.stack(cols, axis=1)
 
