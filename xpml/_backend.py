@@ -29,8 +29,8 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from xpml.utils._array_api import LIBRARIES, namespace_name
 from xpml.utils._array_api import device as array_device
-from xpml.utils._array_api import namespace_name
 
 __all__ = [
     "BACKENDS",
@@ -47,13 +47,8 @@ __all__ = [
     "float_dtype",
 ]
 
-# name -> (module to import, extra that installs it)
-BACKENDS = {
-    "numpy": ("numpy", None),
-    "cupy": ("cupy", "cuda12"),
-    "torch": ("torch", "torch"),
-    "array_api_strict": ("array_api_strict", "test"),
-}
+# name -> (module to import, extra that installs it); the facts live in LIBRARIES
+BACKENDS = {name: (lib.module, lib.extra) for name, lib in LIBRARIES.items()}
 _OUTPUTS = ("input", "backend")
 _DTYPES = (None, "float32", "float64")
 
@@ -114,42 +109,15 @@ def _namespace(name):
 
 
 def _namespace_locked(name):
-    mod = _import_backend(name)
-    if name == "array_api_strict":
-        return mod
-    if name == "numpy":
-        return array_api_compat.array_namespace(np.empty(0))
-    if name == "torch":
-        return array_api_compat.array_namespace(mod.empty(0))
-    return array_api_compat.array_namespace(mod.empty(0))
+    return LIBRARIES[name].namespace(_import_backend(name))
 
 
 def _resolve_device(name, device):
     """Turn a user's device spelling into the backend's device object."""
     if device is None:
         return None
-    if name == "torch":
-        import torch
-
-        return torch.device(device)
-    if name == "cupy":
-        import cupy
-
-        if isinstance(device, str):
-            device = int(device.split(":")[-1]) if ":" in device else 0
-        return cupy.cuda.Device(int(device)) if isinstance(device, int) else device
-    if name == "array_api_strict":
-        import array_api_strict
-
-        if isinstance(device, str):
-            return array_api_strict.Device(device)
-        return device
-    if name == "numpy":
-        if device not in ("cpu", None):
-            raise ValueError(
-                f"backend 'numpy' has only the device 'cpu'; got {device!r}"
-            )
-        return "cpu"
+    if name in LIBRARIES:
+        return LIBRARIES[name].resolve_device(device)
     return device
 
 
@@ -275,32 +243,18 @@ def bind_backend(fn):
 # ----------------------------------------------------------------- conversions
 def library_name(x) -> str:
     """Short name of the library an array comes from."""
-    if array_api_compat.is_numpy_array(x):
-        return "numpy"
-    if array_api_compat.is_torch_array(x):
-        return "torch"
-    if array_api_compat.is_cupy_array(x):
-        return "cupy"
-    mod = type(x).__module__.split(".")[0]
-    return mod
+    for name, lib in LIBRARIES.items():
+        if lib.is_array(x):
+            return name
+    return type(x).__module__.split(".")[0]
 
 
 def to_numpy(x) -> np.ndarray:
     """Copy-free where possible conversion of any supported array to NumPy."""
     if isinstance(x, np.ndarray):
         return x
-    if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()
-    if array_api_compat.is_cupy_array(x):
-        return x.get()
-    if library_name(x) == "array_api_strict":
-        import array_api_strict
-
-        cpu = array_api_strict.Device("CPU_DEVICE")
-        if x.device != cpu:
-            x = array_api_strict.asarray(x, device=cpu, copy=True)
-        return np.asarray(x)
-    return np.asarray(x)
+    lib = LIBRARIES.get(library_name(x))
+    return lib.to_numpy(x) if lib is not None else np.asarray(x)
 
 
 def move(x, xp, device=None):

@@ -14,10 +14,14 @@ Algorithm code asks this module, never the arrays or namespaces directly:
   registered beside its portable twin, with an ``example`` input from which the
   test suite checks that the two agree (``tests/test_array_api.py``).
 
+* ``LIBRARIES``: what xpml knows of each backend library (the module to
+  import, the pip extra that installs it, how to recognise its arrays, copy
+  them to NumPy, and spell its devices). ``xpml._backend`` reads only this.
+
 The model is scikit-learn's ``utils/_array_api.py`` and array-api-extra: a
-small public wrapper over a portable implementation. Adding a backend means
-teaching ``namespace_name`` its name (and ``xpml._backend.BACKENDS`` how to
-import it); see ``docs/DEVELOPING.md``.
+small public wrapper over a portable implementation. Adding a backend means one
+:class:`Library` entry here and one line in the test fixture
+(``tests/conftest.py``); see ``docs/DEVELOPING.md``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ __all__ = [
     "fast_path",
     "dispatch",
     "registered_ops",
+    "Library",
+    "LIBRARIES",
 ]
 
 # ---------------------------------------------------------------- libraries
@@ -92,6 +98,116 @@ def is_strict_namespace(xp: Any) -> bool:
 def is_dask_namespace(xp: Any) -> bool:
     """Whether ``xp`` is dask.array (bare or array-api-compat wrapped)."""
     return namespace_name(xp) == "dask"
+
+
+# ------------------------------------------------------------- the backends
+
+
+def _numpy_device(device: Any) -> Any:
+    if device not in ("cpu", None):
+        raise ValueError(f"backend 'numpy' has only the device 'cpu'; got {device!r}")
+    return "cpu"
+
+
+def _torch_device(device: Any) -> Any:
+    import torch
+
+    return torch.device(device)
+
+
+def _cupy_device(device: Any) -> Any:
+    import cupy
+
+    if isinstance(device, str):
+        device = int(device.split(":")[-1]) if ":" in device else 0
+    return cupy.cuda.Device(int(device)) if isinstance(device, int) else device
+
+
+def _strict_device(device: Any) -> Any:
+    import array_api_strict
+
+    return array_api_strict.Device(device) if isinstance(device, str) else device
+
+
+def _strict_to_numpy(x: Any) -> Any:
+    import array_api_strict
+    import numpy as np
+
+    cpu = array_api_strict.Device("CPU_DEVICE")
+    if x.device != cpu:
+        x = array_api_strict.asarray(x, device=cpu, copy=True)
+    return np.asarray(x)
+
+
+def _is_strict_array(x: Any) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "array_api_strict"
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """What xpml needs to know of one backend library.
+
+    ``namespace(module)`` gives the array-API namespace from the imported
+    module; ``is_array(x)`` recognises its arrays; ``to_numpy(x)`` copies one
+    to the host; ``resolve_device(spelling)`` turns a user's device spelling
+    (``"cuda:1"``, ``0``) into the library's device object.
+    """
+
+    name: str
+    module: str
+    extra: str | None
+    namespace: Callable[[Any], Any]
+    is_array: Callable[[Any], bool]
+    to_numpy: Callable[[Any], Any]
+    resolve_device: Callable[[Any], Any]
+
+
+def _wrapped(module: Any) -> Any:
+    return array_api_compat.array_namespace(module.empty(0))
+
+
+LIBRARIES: dict[str, Library] = {
+    lib.name: lib
+    for lib in (
+        Library(
+            "numpy",
+            "numpy",
+            None,
+            _wrapped,
+            array_api_compat.is_numpy_array,
+            lambda x: x,
+            _numpy_device,
+        ),
+        Library(
+            "cupy",
+            "cupy",
+            "cuda12",
+            _wrapped,
+            array_api_compat.is_cupy_array,
+            lambda x: x.get(),
+            _cupy_device,
+        ),
+        Library(
+            "torch",
+            "torch",
+            "torch",
+            _wrapped,
+            array_api_compat.is_torch_array,
+            lambda x: x.detach().cpu().numpy(),
+            _torch_device,
+        ),
+        Library(
+            "array_api_strict",
+            "array_api_strict",
+            "test",
+            lambda module: module,
+            _is_strict_array,
+            _strict_to_numpy,
+            _strict_device,
+        ),
+    )
+}
+"""The backends, by name: the single place that knows each library."""
 
 
 # ------------------------------------------------------------------ arrays
