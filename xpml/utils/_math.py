@@ -109,10 +109,10 @@ def spd_solve(A: Any, b: Any, /, *, xp: Any, what: str = "the linear system") ->
     One host synchronisation on the regular path.
     """
     try:
-        if bool(_cholesky_ok(A, xp=xp)):
-            x = _solve(A, b, xp=xp)
-            if all_finite(x, xp=xp):
-                return x
+        ok = _cholesky_ok(A, xp=xp)
+        x = _solve(A, b, xp=xp)
+        if bool(ok & xp.all(xp.isfinite(x))):  # the one synchronisation
+            return x
     except Exception:  # noqa: BLE001 - each library raises its own error type
         pass
     try:
