@@ -1,0 +1,81 @@
+"""LinearSVC fits against ``sklearn.svm.LinearSVC`` (LIBLINEAR), both losses.
+
+Data: a standard-normal ``X (n, d)``, labels from a random linear rule through
+a logistic link (about 10 % of the labels against the rule, so the problem is
+not separable), the same arrays for both libraries. Both sides run with their
+defaults apart from the loss: ``C=1``, ``tol=1e-4``, ``max_iter=1000``,
+``dual="auto"`` (for the squared hinge with ``n > d`` that is LIBLINEAR's
+primal trust-region Newton solver; the hinge has only the dual, coordinate
+descent in LIBLINEAR). A LIBLINEAR fit that stops at ``max_iter`` is noted.
+
+LIBLINEAR is single-threaded, so the suite runs xpml with one BLAS thread too
+(``threadpoolctl``; ``XPML_BENCH_LINEAR_SVC_BLAS_THREADS`` changes it).
+``DEFAULT = False``: the hinge cases at n = 100 000 take minutes.
+"""
+
+import contextlib
+import os
+import warnings
+
+import numpy as np
+
+SUITE = "linear_svc"
+DEFAULT = False
+DIMS = (50, 500)
+
+
+def _data(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    w = rng.standard_normal(d) / np.sqrt(d)
+    z = 4.0 * (X @ w) + 0.2
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-z))).astype(np.int64)
+    return X, y
+
+
+def _blas_threads():
+    n = int(os.environ.get("XPML_BENCH_LINEAR_SVC_BLAS_THREADS", "1"))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - comes with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=n, user_api="blas")
+
+
+def _ref_fit(loss, X, y, notes):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC as SkLinearSVC
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        est = SkLinearSVC(loss=loss).fit(X, y)
+    if any(issubclass(w.category, ConvergenceWarning) for w in caught):
+        notes.add("LIBLINEAR stopped at max_iter")
+    return est
+
+
+def run(bench):
+    with _blas_threads():
+        _run(bench)
+
+
+def _run(bench):
+    from xpml.svm import LinearSVC
+
+    for n in bench.sizes([20_000, 100_000], [2_000]):
+        for d in DIMS if not bench.quick else DIMS[:1]:
+            X, y = _data(n, d)
+            Xb, yb = bench.to_backend(X, y)
+            for loss in ("squared_hinge", "hinge"):
+                notes = set()
+                r = bench.compare(
+                    SUITE,
+                    f"LinearSVC.fit {loss} d={d}",
+                    n,
+                    lambda loss=loss: LinearSVC(loss=loss).fit(Xb, yb),
+                    lambda loss=loss: _ref_fit(loss, X, y, notes),
+                    params={"d": d, "loss": loss, "C": 1.0, "tol": 1e-4},
+                    repeats=3,
+                    once=n > 20_000,  # the long cases: one cold call each
+                )
+                r.note = "; ".join(sorted(notes))  # known once the reference ran
