@@ -102,3 +102,30 @@ def test_confusion_matrix(xp):
 def test_length_mismatch_message():
     with pytest.raises(ValueError, match="inconsistent numbers of samples"):
         metrics.accuracy_score([0, 1, 1], [0, 1])
+
+
+def test_r2_of_one_sample_is_nan_with_sklearns_warning():
+    import sklearn.exceptions
+    from sklearn.metrics import r2_score as sk_r2
+
+    from xpml.metrics import r2_score
+
+    for yt, yp in (([3.0], [3.0]), ([3.0], [1.0]), ([1e-16], [5.0])):
+        with pytest.warns(sklearn.exceptions.UndefinedMetricWarning):
+            ours = r2_score(yt, yp)
+        with pytest.warns(sklearn.exceptions.UndefinedMetricWarning):
+            theirs = sk_r2(yt, yp)
+        assert np.isnan(ours) and np.isnan(theirs)
+    assert r2_score([1.0, 2.0], [1.0, 2.0]) == 1.0
+
+
+def test_regressor_score_on_one_sample_is_nan():
+    import warnings
+
+    from xpml.linear_model import Ridge
+
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    est = Ridge().fit(X, X[:, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert np.isnan(est.score(X[:1], X[:1, 0]))

@@ -17,6 +17,7 @@ __all__ = [
     "SeparableDataWarning",
     "DataConversionWarning",
     "LinAlgError",
+    "UndefinedMetricWarning",
     "warn",
     "not_fitted_error",
 ]
@@ -49,6 +50,10 @@ class ConvergenceWarning(UserWarning):
 class DataConversionWarning(UserWarning):
     """Input was converted to the form an estimator needs (e.g. a column-vector
     ``y`` flattened to 1-D)."""
+
+
+class UndefinedMetricWarning(UserWarning):
+    """A metric is not defined for the data given (e.g. R² of one sample)."""
 
 
 class SeparableDataWarning(ConvergenceWarning):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from xpml._backend import enter, to_numpy
+from xpml.exceptions import UndefinedMetricWarning, warn
 from xpml.utils._array_api import device as array_device
 from xpml.utils.validation import check_consistent_length
 
@@ -120,6 +121,12 @@ def r2_score(y_true, y_pred, *, sample_weight=None):
     if len(t.shape) == 1:
         t, p = t[:, None], p[:, None]
     n = t.shape[0]
+    if n < 2:  # as scikit-learn: undefined, not 0 or a huge negative number
+        warn(
+            UndefinedMetricWarning,
+            "R^2 score is not well-defined with less than two samples.",
+        )
+        return float("nan")
     w = xp.ones((n,), dtype=t.dtype, device=array_device(t)) if w is None else w
     mean = xp.sum(w[:, None] * t, axis=0) / xp.sum(w)
     ss_res = xp.sum(w[:, None] * (t - p) ** 2, axis=0)
