@@ -29,6 +29,7 @@ import inspect
 import array_api_compat
 
 from xpml._backend import enter, move
+from xpml._dask import route as _route_dask
 from xpml.utils._param_validation import validate_params
 from xpml.utils._tree import tree_update
 from xpml.utils.validation import (
@@ -173,6 +174,10 @@ class BaseEstimator(Persistable):
 
     _parameter_constraints: dict = {}
     _xpml_tags: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _route_dask(cls)  # a dask array argument goes to xpml._dask's block engine
 
     # ------------------------------------------------------------- contract
     def _validate_params(self):
