@@ -18,10 +18,14 @@ def _match_up_to_sign(A, B, atol):
     np.testing.assert_allclose(A * signs[:, None], B, rtol=0, atol=atol)
 
 
-def test_pca_equals_sklearn_on_digits(digits):
+@pytest.mark.parametrize("solver", ["full", "covariance_eigh"])
+def test_pca_equals_sklearn_on_digits(digits, solver):
     from sklearn.decomposition import PCA as SK
 
-    ours, ref = PCA().fit(digits), SK(svd_solver="full").fit(digits)
+    ours = PCA(svd_solver=solver).fit(digits)
+    ref = SK(svd_solver=solver).fit(digits)
+    # the covariance route knows variances only to about eps * the largest
+    floor = 1e-10 * ref.explained_variance_[0] if solver != "full" else 0
     np.testing.assert_allclose(
         ours.explained_variance_ratio_,
         ref.explained_variance_ratio_,
@@ -29,10 +33,11 @@ def test_pca_equals_sklearn_on_digits(digits):
         atol=1e-10,
     )
     np.testing.assert_allclose(
-        ours.explained_variance_, ref.explained_variance_, rtol=1e-10
+        ours.explained_variance_, ref.explained_variance_, rtol=1e-10, atol=floor
     )
+    s_floor = np.sqrt(floor * (len(digits) - 1))
     np.testing.assert_allclose(
-        ours.singular_values_, ref.singular_values_, rtol=1e-10, atol=1e-10
+        ours.singular_values_, ref.singular_values_, rtol=1e-10, atol=s_floor
     )
     # components with distinct, non-zero variances are defined up to sign
     ev = ours.explained_variance_
@@ -42,6 +47,85 @@ def test_pca_equals_sklearn_on_digits(digits):
     C = ours.components_[distinct]
     assert np.all(C[np.arange(len(C)), np.argmax(np.abs(C), axis=1)] > 0)
     np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
+
+
+def _tall(rng, n=3000, d=40, shift=0.0):
+    X = rng.standard_normal((n, d)) @ rng.standard_normal((d, d))
+    return X * np.logspace(0, -1, d) + shift
+
+
+@pytest.mark.parametrize(
+    "solver,k", [("full", 10), ("covariance_eigh", 10), ("arpack", 10), ("full", 0.9)]
+)
+def test_each_solver_equals_sklearns(rng, solver, k):
+    from sklearn.decomposition import PCA as SK
+
+    X = _tall(rng)
+    ours = PCA(k, svd_solver=solver).fit(X)
+    ref = SK(k, svd_solver=solver, random_state=0).fit(X)
+    assert ours.n_components_ == ref.n_components_
+    # components equal scikit-learn's, signs included (its svd_flip convention)
+    np.testing.assert_allclose(ours.components_, ref.components_, atol=1e-10)
+    for name in ("explained_variance_", "explained_variance_ratio_", "noise_variance_"):
+        np.testing.assert_allclose(
+            getattr(ours, name), getattr(ref, name), rtol=1e-10, err_msg=name
+        )
+    np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("normalizer", ["auto", "QR", "LU", "none"])
+def test_randomized_converges_to_the_exact_answer(rng, normalizer):
+    from sklearn.decomposition import PCA as SK
+
+    # a decaying spectrum: the randomized range finder is then accurate
+    X = rng.standard_normal((2000, 60)) * np.logspace(0, -3, 60)
+    exact = SK(8, svd_solver="full").fit(X)
+    params = {"svd_solver": "randomized", "power_iteration_normalizer": normalizer}
+    ours = PCA(8, random_state=0, **params).fit(X)
+    ref = SK(8, random_state=0, **params).fit(X)
+    err = np.max(np.abs(ours.explained_variance_ / exact.explained_variance_ - 1))
+    ref_err = np.max(np.abs(ref.explained_variance_ / exact.explained_variance_ - 1))
+    assert err <= max(10 * ref_err, 1e-10), (err, ref_err)
+    np.testing.assert_allclose(ours.components_, exact.components_, atol=1e-4)
+    np.testing.assert_allclose(ours.noise_variance_, ref.noise_variance_, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape,k",
+    [
+        ((3000, 40), 10),
+        ((400, 300), 5),
+        ((800, 700), 10),
+        ((800, 700), 600),
+        ((800, 700), 0.5),
+        ((800, 700), None),
+        ((100, 2000), 3),
+    ],
+)
+def test_auto_solver_is_sklearns_choice(shape, k):
+    from sklearn.decomposition import PCA as SK
+
+    X = np.random.default_rng(0).standard_normal(shape)
+    ours = PCA(k, random_state=0).fit(X)
+    ref = SK(k, random_state=0).fit(X)
+    assert ours._fit_svd_solver == ref._fit_svd_solver
+
+
+def test_covariance_route_keeps_accuracy_with_a_large_mean(rng):
+    X = _tall(rng, shift=1e6)  # X'X - n m m' would lose every digit
+    ours = PCA(5, svd_solver="covariance_eigh").fit(X)
+    exact = PCA(5, svd_solver="full").fit(X)
+    np.testing.assert_allclose(
+        ours.explained_variance_, exact.explained_variance_, rtol=1e-8
+    )
+
+
+def test_truncated_solver_errors(digits):
+    with pytest.raises(ValueError, match="strictly less than.*'arpack'"):
+        PCA(64, svd_solver="arpack").fit(digits)
+    with pytest.raises(ValueError, match="n_components=0.5 must be an int.*randomized"):
+        PCA(0.5, svd_solver="randomized").fit(digits)
+    assert PCA(svd_solver="arpack").fit(digits[:, :10]).n_components_ == 9
 
 
 @pytest.mark.parametrize("n_components", [0.5, 0.9, 0.95, 0.999, 10])
@@ -73,7 +157,7 @@ def test_transform_inverse_transform(digits, whiten):
     if whiten:
         np.testing.assert_allclose(np.var(Z, axis=0, ddof=1), 1.0, rtol=1e-10)
     # all components: the round trip is exact
-    full = PCA(whiten=whiten).fit(digits)
+    full = PCA(whiten=whiten, svd_solver="full").fit(digits)
     np.testing.assert_allclose(
         full.inverse_transform(full.transform(digits)), digits, atol=1e-9
     )

@@ -12,8 +12,17 @@ import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 from xpml._backend import enter
-from xpml.utils._array_api import device, eps, is_numpy_namespace
+from xpml.utils._array_api import (
+    device,
+    dispatch,
+    eps,
+    fast_path,
+    is_numpy_namespace,
+    portable,
+)
 from xpml.utils.validation import check_array
 
 __all__ = ["compact_svd", "pinv", "svd_flip", "right_singular"]
@@ -97,42 +106,53 @@ def svd_flip(U, Vt, /, *, xp):
     return (None if U is None else U * signs[None, :]), Vt * signs[:, None]
 
 
-def _r_factor(A, xp):
-    """``R`` of ``A = QR`` without forming ``Q``, where the library offers it
-    (NumPy, CuPy, torch: ``mode="r"``); None elsewhere (the standard's ``qr``
-    has only the reduced and complete modes, which build ``Q``)."""
-    import array_api_compat as aac
+@portable("r_factor")
+def r_factor(A, /, *, xp):
+    """``R`` of the reduced QR ``A = QR`` (the standard's ``qr`` also builds
+    ``Q``, which is thrown away)."""
+    return xp.linalg.qr(A)[1]
 
-    if aac.is_numpy_array(A):
-        import numpy
 
-        return numpy.linalg.qr(A, mode="r")
-    if aac.is_cupy_array(A):
-        import cupy
+def _r_factor_example():
+    return (np.random.default_rng(0).standard_normal((40, 6)),), {"xp": None}
 
-        return cupy.linalg.qr(A, mode="r")
-    if aac.is_torch_array(A):
-        import torch
 
-        return torch.linalg.qr(A, mode="r")[1]
-    return None
+@fast_path("r_factor", "numpy", example=_r_factor_example)
+def _r_factor_numpy(A, /, *, xp):
+    """``R`` alone (``mode="r"``: Householder reflections, ``Q`` never formed)."""
+    return np.linalg.qr(A, mode="r")
+
+
+@fast_path("r_factor", "cupy", example=_r_factor_example)
+def _r_factor_cupy(A, /, *, xp):
+    import cupy
+
+    return cupy.linalg.qr(A, mode="r")
+
+
+@fast_path("r_factor", "torch", example=_r_factor_example)
+def _r_factor_torch(A, /, *, xp):
+    import torch
+
+    return torch.linalg.qr(A, mode="r")[1]
 
 
 def right_singular(A, /, *, xp, fast=True):
     """Singular values and right singular vectors ``(s, Vt)`` of ``A`` (n, d).
 
     For tall ``A`` (``n ≥ 2d``) the fast path takes the SVD of the ``d × d``
-    factor ``R`` of ``A = QR`` (same ``s`` and ``Vt``; ``Q`` and ``U`` are never
-    formed) — unlike eigen-decomposing ``AᵀA`` it does not square the condition
-    number. The portable path is the thin SVD of ``A``. Signs are not fixed
+    factor ``R`` of ``A = QR`` (same ``s`` and ``Vt``; ``U`` is never formed,
+    nor ``Q`` where the library's QR can skip it: :func:`r_factor`) — unlike
+    eigen-decomposing ``AᵀA`` it does not square the condition number. The
+    portable path (``fast=False``) is the thin SVD of ``A``. Signs are not fixed
     here (see :func:`svd_flip`).
     """
     n, d = A.shape
     if fast and n >= 2 * d:
-        R = _r_factor(A, xp)
-        if R is not None:
-            _, s, Vt = xp.linalg.svd(R, full_matrices=False)
-            return s, Vt
+        _, s, Vt = xp.linalg.svd(
+            dispatch("r_factor", xp)(A, xp=xp), full_matrices=False
+        )
+        return s, Vt
     _, s, Vt = xp.linalg.svd(A, full_matrices=False)
     return s, Vt
 

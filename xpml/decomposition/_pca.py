@@ -13,17 +13,28 @@ Tropp (``algorithm="randomized"``).
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, TransformerMixin
-from xpml.linalg import right_singular, svd_flip
+from xpml.linalg import CPU_TILE_BYTES, right_singular, svd_flip
+from xpml.utils._array_api import (
+    device,
+    is_numpy_namespace,
+    itemsize,
+    memory_budget,
+)
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_array, check_is_fitted, check_random_state
 
-__all__ = ["PCA", "TruncatedSVD"]
+__all__ = ["PCA", "TruncatedSVD", "choose_svd_solver", "randomized_range"]
+
+
+SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized", "arpack")
+NORMALIZERS = ("auto", "QR", "LU", "none")
 
 
 def _n_components_for(n_components, ratio_host, max_k):
@@ -42,8 +53,153 @@ def _n_components_for(n_components, ratio_host, max_k):
     return min(int(np.searchsorted(cum, n_components, side="right")) + 1, max_k)
 
 
+def choose_svd_solver(svd_solver, shape, n_components):
+    """scikit-learn 1.9's ``svd_solver="auto"``: "covariance_eigh" for tall data
+    with at most 1000 features (``n ≥ 10 d``), "full" for small problems
+    (``max(n, d) ≤ 500``), "randomized" for an int ``n_components`` below 80 %
+    of ``min(n, d)``, "full" otherwise. Other values are returned unchanged."""
+    if svd_solver != "auto":
+        return svd_solver
+    n, d = shape
+    if d <= 1000 and n >= 10 * d:
+        return "covariance_eigh"
+    if max(n, d) <= 500:
+        return "full"
+    k = min(n, d) if n_components is None else n_components
+    if isinstance(k, Integral) and 1 <= k < 0.8 * min(n, d):
+        return "randomized"
+    return "full"
+
+
+_MAX_MEAN_TO_SPREAD = 1e4
+"""Largest ``max_j x̄_j² / max_j var_j`` at which the covariance is taken as
+``XᵀX − n x̄x̄ᵀ`` (scikit-learn's, one GEMM on ``X`` itself): the subtraction
+then loses at most about four of the sixteen digits. Beyond it the data is
+centred first, in row blocks."""
+
+
+def _centred_gram(X, mean, /, *, xp):
+    """``(X − x̄)ᵀ(X − x̄)``, centred in row blocks (cache-sized tiles on NumPy,
+    the memory budget elsewhere): no centred copy of ``X``."""
+    n, d = X.shape
+    budget = memory_budget()
+    if is_numpy_namespace(xp):
+        budget = min(budget, CPU_TILE_BYTES)
+    rows = max(d, int(budget // (itemsize(X.dtype, xp) * d)))
+    G = None
+    for r0 in range(0, n, rows):
+        B = X[r0 : r0 + rows, :] - mean
+        G = B.T @ B if G is None else G + B.T @ B
+    return G
+
+
+def _covariance(X, mean, /, *, xp):
+    """The sample covariance ``(X − x̄)ᵀ(X − x̄) / (n − 1)``: by one GEMM on
+    ``X`` less ``n x̄x̄ᵀ`` while the mean is small against the spread (one host
+    read of that ratio), else from the centred data (no cancellation)."""
+    n = X.shape[0]
+    G = X.T @ X - n * (mean[:, None] * mean[None, :])
+    spread = xp.max(xp.linalg.diagonal(G)) / n
+    if float(xp.max(mean * mean)) > _MAX_MEAN_TO_SPREAD * float(spread):
+        G = _centred_gram(X, mean, xp=xp)
+    return G / (n - 1)
+
+
+def _solve_full(X, mean, k, params, /, *, xp):
+    """Thin SVD of the centred data: ``(explained variance, s, Vt)``."""
+    s, Vt = right_singular(X - mean, xp=xp)
+    return s * s / (X.shape[0] - 1), s, Vt
+
+
+def _solve_covariance_eigh(X, mean, k, params, /, *, xp):
+    """Eigen-decomposition of the ``d × d`` covariance: variances are its
+    eigenvalues (clamped at 0, in decreasing order), axes its eigenvectors,
+    ``s = √((n − 1) λ)``."""
+    lam, V = xp.linalg.eigh(_covariance(X, mean, xp=xp))
+    lam = xp.maximum(xp.flip(lam, axis=0), xp.zeros_like(lam))
+    Vt = xp.flip(V, axis=1).T
+    return lam, xp.sqrt(lam * (X.shape[0] - 1)), Vt
+
+
+def _solve_randomized(X, mean, k, params, /, *, xp):
+    """Halko et al.'s randomized SVD of the centred data (scikit-learn's
+    ``_randomized_svd``: ``k + n_oversamples`` columns, ``iterated_power``
+    normalised power iterations, the transpose when ``n < d``)."""
+    Xc = X - mean
+    n, d = Xc.shape
+    M = Xc.T if n < d else Xc
+    size = min(k + params.n_oversamples, min(n, d))
+    Q = randomized_range(M, size, params, xp=xp)
+    Uh, s, Vt = xp.linalg.svd(Q.T @ M, full_matrices=False)
+    Vt = (Q @ Uh).T if n < d else Vt
+    return s[:k] * s[:k] / (n - 1), s[:k], Vt[:k, :]
+
+
+def _solve_arpack(X, mean, k, params, /, *, xp):
+    """ARPACK's answer (the ``k`` leading singular triplets, converged to
+    ``tol = 0``) is the truncated exact SVD: there is no ARPACK on the array
+    API, so the thin SVD is taken and truncated."""
+    ev, s, Vt = _solve_full(X, mean, k, params, xp=xp)
+    return ev[:k], s[:k], Vt[:k, :]
+
+
+_SOLVE = {
+    "full": _solve_full,
+    "covariance_eigh": _solve_covariance_eigh,
+    "randomized": _solve_randomized,
+    "arpack": _solve_arpack,
+}
+
+
+@dataclasses.dataclass
+class _RandomizedParams:
+    """The randomized solver's knobs, resolved (``n_iter`` an int)."""
+
+    n_oversamples: int
+    n_iter: int
+    normalizer: str
+    rng: object
+
+
+def randomized_range(A, size, params, /, *, xp):
+    """Orthonormal basis ``Q`` (n, size) of (approximately) the range of ``A``:
+    a Gaussian test matrix drawn on the host (so every backend gets the same
+    answer), ``params.n_iter`` power iterations normalised by QR (or not, with
+    ``"none"``), a final QR (scikit-learn's ``_randomized_range_finder``)."""
+
+    def normalise(Y):
+        return Y if params.normalizer == "none" else xp.linalg.qr(Y)[0]
+
+    Q = xp.asarray(
+        params.rng.standard_normal((A.shape[1], size)), dtype=A.dtype, device=device(A)
+    )
+    for _ in range(params.n_iter):
+        Q = normalise(A @ Q)
+        Q = normalise(A.T @ Q)
+    return xp.linalg.qr(A @ Q)[0]
+
+
+def _truncated_k(n_components, svd_solver, max_k):
+    """``n_components`` of the truncated solvers: an int in ``[1, min(n, d)]``
+    (``< min(n, d)`` for "arpack"); None means ``min(n, d)`` ("arpack": minus 1)."""
+    k = n_components
+    if k is None:
+        k = max_k - 1 if svd_solver == "arpack" else max_k
+    if not isinstance(k, Integral) or not 1 <= k <= max_k:
+        raise ValueError(
+            f"n_components={n_components!r} must be an int between 1 and "
+            f"min(n_samples, n_features)={max_k} with svd_solver={svd_solver!r}"
+        )
+    if svd_solver == "arpack" and k == max_k:
+        raise ValueError(
+            f"n_components={k} must be strictly less than min(n_samples, "
+            f"n_features)={max_k} with svd_solver='arpack'"
+        )
+    return int(k)
+
+
 class PCA(TransformerMixin, BaseEstimator):
-    """Principal component analysis by the SVD of the centred data.
+    """Principal component analysis with scikit-learn's solvers.
 
     Parameters
     ----------
@@ -51,8 +207,34 @@ class PCA(TransformerMixin, BaseEstimator):
         Number of components to keep; a float keeps the fewest components whose
         explained variance ratios add up to at least that fraction; None keeps
         ``min(n_samples, n_features)``.
+    copy : bool, default=True
+        Accepted for scikit-learn compatibility: xpml never writes into ``X``.
     whiten : bool, default=False
         Scale the projections to unit variance (divide by ``√explained_variance_``).
+    svd_solver : {"auto", "full", "covariance_eigh", "randomized", "arpack"}, default="auto"
+        As scikit-learn's. "full": thin SVD of the centred data (via the
+        ``R`` of its QR for tall data). "covariance_eigh": eigen-decomposition
+        of the ``d × d`` covariance (one GEMM, the fast path for ``n ≫ d``,
+        also on a GPU; it squares the condition number, so variances far
+        below ``eps · λ_max`` are lost). "randomized": Halko et al.'s
+        randomized SVD. "arpack": the array API has no ARPACK; the exact thin
+        SVD truncated to ``n_components`` (ARPACK's converged answer) with
+        ARPACK's constraints (int ``n_components < min(n, d)``). "auto": see
+        :func:`choose_svd_solver` (scikit-learn 1.9's rule).
+    tol : float, default=0.0
+        ARPACK's tolerance; unused (the "arpack" answer is exact).
+    iterated_power : int or "auto", default="auto"
+        Power iterations of "randomized"; "auto": 7 when ``n_components <
+        0.1 min(n, d)``, else 4.
+    n_oversamples : int, default=10
+        Extra random columns of "randomized".
+    power_iteration_normalizer : {"auto", "QR", "LU", "none"}, default="auto"
+        Normalisation between power iterations. The array API has no LU: "LU"
+        uses QR (the same subspace, hence the same answer). "auto": "none"
+        for at most 2 iterations, QR otherwise.
+    random_state : int, Generator or None
+        Seed of "randomized" (drawn on the host with NumPy: its draws differ
+        from scikit-learn's ``RandomState``, not its converged answer).
 
     Attributes
     ----------
@@ -90,18 +272,44 @@ class PCA(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
+        "copy": ["boolean"],
+        "iterated_power": [Options("auto"), Interval(Integral, 0, None, closed="left")],
         "n_components": [
             None,
             Interval(Integral, 1, None, closed="left"),
             Interval(Real, 0, 1, closed="neither"),
         ],
+        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
+        "power_iteration_normalizer": [Options(*NORMALIZERS)],
+        "random_state": ["random_state"],
+        "svd_solver": [Options(*SVD_SOLVERS)],
+        "tol": [Interval(Real, 0, None, closed="left")],
         "whiten": ["boolean"],
     }
     _xpml_tags = {"data": "unsupervised"}
 
-    def __init__(self, n_components=None, *, whiten=False):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        copy=True,
+        whiten=False,
+        svd_solver="auto",
+        tol=0.0,
+        iterated_power="auto",
+        n_oversamples=10,
+        power_iteration_normalizer="auto",
+        random_state=None,
+    ):
         self.n_components = n_components
+        self.copy = copy
         self.whiten = whiten
+        self.svd_solver = svd_solver
+        self.tol = tol
+        self.iterated_power = iterated_power
+        self.n_oversamples = n_oversamples
+        self.power_iteration_normalizer = power_iteration_normalizer
+        self.random_state = random_state
 
     def fit(self, X, y=None):
         """Centre ``X`` and take its SVD; returns self."""
@@ -117,23 +325,46 @@ class PCA(TransformerMixin, BaseEstimator):
         ctx, X, _, _ = self._validate_fit_data(X, min_samples=2)
         xp = ctx.xp
         n, d = X.shape
-        mean = xp.mean(X, axis=0)
-        s, Vt = right_singular(X - mean, xp=xp)
-        _, Vt = svd_flip(None, Vt, xp=xp)
-        ev = s * s / (n - 1)
-        ratio = ev / xp.sum(ev)
         max_k = min(n, d)
-        k = _n_components_for(self.n_components, to_numpy(ratio), max_k)
+        solver = choose_svd_solver(self.svd_solver, (n, d), self.n_components)
+        truncated = solver in ("randomized", "arpack")
+        k = _truncated_k(self.n_components, solver, max_k) if truncated else None
+        mean = xp.mean(X, axis=0)
+        params = self._randomized_params(k, max_k)
+        ev, s, Vt = _SOLVE[solver](X, mean, k, params, xp=xp)
+        _, Vt = svd_flip(None, Vt, xp=xp)
+        if truncated:  # scikit-learn's: the total from the data, the rest as noise
+            total = xp.sum(xp.var(X, axis=0, correction=1))
+            rest = float((total - xp.sum(ev)) / (max_k - k)) if k < max_k else 0.0
+        else:
+            total = xp.sum(ev)
+            k = _n_components_for(self.n_components, to_numpy(ev / total), max_k)
+            rest = float(xp.mean(ev[k:])) if k < max_k else 0.0
+        self._fit_svd_solver = solver
         self.n_samples_ = int(n)
         self.n_components_ = k
         self.mean_ = mean
         self.components_ = Vt[:k, :]
         self.explained_variance_ = ev[:k]
-        self.explained_variance_ratio_ = ratio[:k]
+        self.explained_variance_ratio_ = ev[:k] / total
         self.singular_values_ = s[:k]
-        self.noise_variance_ = float(xp.mean(ev[k:])) if k < max_k else 0.0
+        self.noise_variance_ = rest
         self._fitted(ctx)
         return ctx
+
+    def _randomized_params(self, k, max_k):
+        n_iter = self.iterated_power
+        if n_iter == "auto":
+            n_iter = 7 if k is not None and k < 0.1 * max_k else 4
+        normalizer = self.power_iteration_normalizer
+        if normalizer == "auto":
+            normalizer = "none" if n_iter <= 2 else "QR"
+        return _RandomizedParams(
+            self.n_oversamples,
+            n_iter,
+            "QR" if normalizer == "LU" else normalizer,
+            check_random_state(self.random_state),
+        )
 
     def transform(self, X):
         """Principal coordinates ``(X − x̄) V_k`` (divided by ``√variance`` when whitening)."""
@@ -158,19 +389,6 @@ class PCA(TransformerMixin, BaseEstimator):
         if self.whiten:
             Z = Z * xp.sqrt(ctx.take(self.explained_variance_))[None, :]
         return ctx.out(Z @ ctx.take(self.components_) + ctx.take(self.mean_))
-
-
-def _randomized_range(X, size, n_iter, rng, /, *, xp, device):
-    """Orthonormal basis of (approximately) the range of ``X``: Gaussian test
-    matrix drawn on the host, ``n_iter`` QR-normalised power iterations."""
-    omega = xp.asarray(
-        rng.standard_normal((X.shape[1], size)), dtype=X.dtype, device=device
-    )
-    Q, _ = xp.linalg.qr(X @ omega)
-    for _ in range(n_iter):
-        Q, _ = xp.linalg.qr(X.T @ Q)
-        Q, _ = xp.linalg.qr(X @ Q)
-    return Q
 
 
 class TruncatedSVD(TransformerMixin, BaseEstimator):
@@ -263,7 +481,8 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
         else:
             rng = check_random_state(self.random_state)
             size = min(k + self.n_oversamples, n, d)
-            Q = _randomized_range(X, size, self.n_iter, rng, xp=xp, device=ctx.device)
+            params = _RandomizedParams(self.n_oversamples, self.n_iter, "QR", rng)
+            Q = randomized_range(X, size, params, xp=xp)
             Ub, s, Vt = xp.linalg.svd(Q.T @ X, full_matrices=False)
             U = Q @ Ub
         U, Vt = svd_flip(U[:, :k], Vt[:k, :], xp=xp)
