@@ -246,12 +246,73 @@ def test_errors_name_the_argument():
 
 
 def test_predict_in_row_blocks_under_a_small_memory_budget(monkeypatch):
-    import xpml.kernels
 
     X, Y, Xt, _ = _data()
     kr = KernelRidge(alpha=0.5, kernel="rbf", gamma=0.3).fit(X, Y)
     whole = kr.predict(Xt)
-    monkeypatch.setattr(
-        xpml.kernels, "DEFAULT_MEMORY_BUDGET", 8 * 80 * 3 * 7
-    )  # 7 rows a block
+    monkeypatch.setenv("XPML_MEMORY_BUDGET", str(8 * 80 * 3 * 7))  # 7 rows a block
     np.testing.assert_allclose(kr.predict(Xt), whole, rtol=1e-13, atol=1e-13)
+
+
+# ---------------------------------------------- memory and lazy dof (11.8, 14.3)
+def _peak_bytes(fn):
+    import tracemalloc
+
+    fn()  # warm-up: SciPy's import and caches are not the fit's workspace
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"kernel": "rbf"},
+        {"kernel": "linear"},
+        {"kernel": "poly"},
+        {"kernel": "laplacian"},
+        {"kernel": "rbf", "compute_dof": True},
+        {"kernel": "rbf", "weighted": True},
+    ],
+    ids=["rbf", "linear", "poly", "laplacian", "dof-in-fit", "weighted"],
+)
+def test_fit_peak_is_at_most_twice_the_kernel_matrix(params):
+    """The kernel matrix and its factor at most (was 4x by default); on NumPy
+    the shift and the Cholesky factor overwrite the matrix (about 1x)."""
+    params = dict(params)
+    weighted = params.pop("weighted", False)
+    rng = np.random.default_rng(0)
+    n = 900
+    X, y = rng.normal(size=(n, 8)), rng.normal(size=n)
+    sw = rng.uniform(0.5, 2.0, size=n) if weighted else None
+    peak = _peak_bytes(lambda: KernelRidge(**params).fit(X, y, sample_weight=sw))
+    assert peak <= 2.05 * n * n * 8
+
+
+def test_effective_dof_is_lazy_and_survives_save_load(tmp_path):
+    import xpml
+
+    X, Y, _, sw = _data(n=60)
+    kr = KernelRidge(alpha=0.3, kernel="rbf", gamma=0.5).fit(
+        X, Y[:, 0], sample_weight=sw
+    )
+    assert "_cache_effective_dof" not in vars(kr)  # a default fit inverts nothing
+    eager = KernelRidge(alpha=0.3, kernel="rbf", gamma=0.5, compute_dof=True)
+    eager.fit(X, Y[:, 0], sample_weight=sw)
+    assert "_cache_effective_dof" in vars(eager)
+    s = np.sqrt(sw)
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) * np.outer(s, s)
+    mu = np.linalg.eigvalsh(K)
+    ref = np.sum(mu / (mu + 0.3))
+    assert abs(kr.effective_dof_ - ref) < 1e-9 * len(X)
+    assert abs(eager.effective_dof_ - ref) < 1e-9 * len(X)
+    path = tmp_path / "kr.xpml"
+    eager.save(path)
+    back = xpml.load(path)
+    assert "_cache_effective_dof" not in vars(back)
+    assert abs(back.effective_dof_ - ref) < 1e-9 * len(X)
+    with pytest.raises(Exception, match="not fitted"):
+        _ = KernelRidge().effective_dof_

@@ -267,3 +267,63 @@ def test_ranking_factors_give_distance_less_query_norm(xp):
         np.argsort(xp.to_numpy(S), axis=1, kind="stable")[:, :3],
         np.argsort(cdist(X, Y), axis=1, kind="stable")[:, :3],
     )
+
+
+# ------------------------------------------------ memory claims (issue 11.8)
+def _peak_bytes(fn):
+    """Peak bytes allocated during ``fn()`` (NumPy's buffers are traced)."""
+    import tracemalloc
+
+    fn()  # warm-up: imports and caches are not the kernel's workspace
+    tracemalloc.start()
+    try:
+        out = fn()
+        return tracemalloc.get_traced_memory()[1], out
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("budget", [2**20, 4 * 2**20])
+def test_laplacian_gram_stays_within_its_budget(budget):
+    """Workspace beside the output is at most ``memory_budget`` (it was 1.8x:
+    the b × m × d difference tensor was counted as d + 3 rows)."""
+    X = np.random.default_rng(0).normal(size=(600, 12))
+    peak, K = _peak_bytes(lambda: gram(X, kernel="laplacian", memory_budget=budget))
+    assert peak - K.nbytes <= budget
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid", "laplacian"])
+def test_whole_gram_workspace_is_the_output(kernel):
+    """linear, poly, sigmoid and rbf finish the product in place (the output is
+    the only n × m array, +5% for the small factors); the Laplacian adds one
+    b × m buffer on NumPy."""
+    X = np.random.default_rng(0).normal(size=(800, 10))
+    peak, K = _peak_bytes(lambda: gram(X, kernel=kernel))
+    bound = 2.05 if kernel == "laplacian" else 1.05
+    assert peak <= bound * K.nbytes
+
+
+@pytest.mark.parametrize(
+    ("op", "kw"),
+    [
+        ("kernels.clamp_min0", {}),
+        ("kernels.clamp_exp", {}),
+        (
+            "kernels.dot_kernel",
+            {"gamma": 0.3, "coef0": 0.5, "degree": 3.0, "kind": "poly"},
+        ),
+        (
+            "kernels.dot_kernel",
+            {"gamma": 0.3, "coef0": 0.5, "degree": 3.0, "kind": "sigmoid"},
+        ),
+    ],
+)
+def test_in_place_fast_paths_agree_with_portable(xp, op, kw):
+    from xpml.utils._array_api import dispatch
+
+    E = np.random.default_rng(0).normal(size=(30, 20))
+    ns = xp.xp
+    slow = dispatch(op, ns, fast=False)(xp.asarray(E), xp=ns, **kw)
+    owned = ns.asarray(xp.asarray(E), copy=True)
+    fast = dispatch(op, ns)(owned, xp=ns, inplace=True, **kw)
+    np.testing.assert_allclose(xp.to_numpy(fast), xp.to_numpy(slow), rtol=1e-14)

@@ -193,7 +193,7 @@ def _cho_solve_cupy(L, B, /, *, xp):
 
 
 @portable("kernel_ridge.inv_sq_frobenius")
-def _inv_sq_frobenius_portable(L, /, *, xp):
+def _inv_sq_frobenius_portable(L, /, *, xp, overwrite=False):
     """``‖L⁻¹‖²_F = tr((L Lᵀ)⁻¹)`` from ``L⁻¹ I`` (blocked substitution)."""
     eye = xp.eye(L.shape[0], dtype=L.dtype, device=device(L))
     Linv = _solve_triangular_portable(L, eye, xp=xp)
@@ -201,28 +201,29 @@ def _inv_sq_frobenius_portable(L, /, *, xp):
 
 
 @fast_path("kernel_ridge.inv_sq_frobenius", "numpy", example=_inv_example)
-def _inv_sq_frobenius_lapack(L, /, *, xp):
-    """LAPACK ``trtri`` on ``Lᵀ`` (upper, Fortran-ordered view: same norm)."""
+def _inv_sq_frobenius_lapack(L, /, *, xp, overwrite=False):
+    """LAPACK ``trtri`` on ``Lᵀ`` (upper, Fortran-ordered view: same norm), in
+    place with ``overwrite`` (``L`` is then lost)."""
     try:
         from scipy.linalg import get_lapack_funcs
     except ImportError:
         return _inv_sq_frobenius_portable(L, xp=xp)
     (trtri,) = get_lapack_funcs(("trtri",), (L,))
-    Linv, info = trtri(L.T, lower=0)
-    if info != 0:
+    Linv, info = trtri(L.T, lower=0, overwrite_c=int(bool(overwrite)))
+    if info != 0:  # only for a singular L, which a successful potrf never gives
         return _inv_sq_frobenius_portable(L, xp=xp)
     return xp.sum(Linv * Linv)
 
 
 @fast_path("kernel_ridge.inv_sq_frobenius", "torch", example=_inv_example)
-def _inv_sq_frobenius_torch(L, /, *, xp):
+def _inv_sq_frobenius_torch(L, /, *, xp, overwrite=False):
     import torch
 
     return torch.trace(torch.cholesky_inverse(L))
 
 
 @fast_path("kernel_ridge.inv_sq_frobenius", "cupy", example=_inv_example)
-def _inv_sq_frobenius_cupy(L, /, *, xp):
+def _inv_sq_frobenius_cupy(L, /, *, xp, overwrite=False):
     import cupy
     from cupyx.scipy.linalg import solve_triangular
 
@@ -241,8 +242,10 @@ def _factor(K, alpha, /, *, xp, overwrite):
 
 
 def _dof_from_factor(L, alpha, /, *, xp):
-    """``tr(K (K + αI)⁻¹) = n − α‖L⁻¹‖²_F``."""
-    return L.shape[0] - alpha * dispatch("kernel_ridge.inv_sq_frobenius", xp)(L, xp=xp)
+    """``tr(K (K + αI)⁻¹) = n − α‖L⁻¹‖²_F``; ``L`` is used up (inverted in place
+    where the library allows)."""
+    inv = dispatch("kernel_ridge.inv_sq_frobenius", xp)(L, xp=xp, overwrite=True)
+    return L.shape[0] - alpha * inv
 
 
 def _solve_pinv(K, Y, alpha, /, *, xp):

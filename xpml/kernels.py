@@ -22,7 +22,22 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from xpml._backend import enter
+from xpml.utils._array_api import (
+    DEFAULT_MEMORY_BUDGET,
+    device,
+    dispatch,
+    eps,
+    fast_path,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    is_torch_namespace,
+    portable,
+)
+from xpml.utils._array_api import itemsize as _itemsize_of
+from xpml.utils._array_api import memory_budget as _memory_budget
 from xpml.utils.validation import check_array
 
 __all__ = [
@@ -42,7 +57,8 @@ __all__ = [
 ]
 
 KERNELS = ("linear", "poly", "polynomial", "rbf", "sigmoid", "laplacian")
-DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes of kernel-block workspace
+# DEFAULT_MEMORY_BUDGET (512 MiB) is re-exported from xpml.utils._array_api; the
+# budget in force comes from memory_budget() (XPML_MEMORY_BUDGET overrides it)
 
 
 # ------------------------------------------------------------------ primitives
@@ -60,7 +76,7 @@ def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None, fast=True):
     """
     xn = sq_norms(X, xp=xp) if X_norms is None else X_norms
     yn = sq_norms(Y, xp=xp) if Y_norms is None else Y_norms
-    dev = getattr(X, "device", None)
+    dev = device(X)
     A = xp.concat(
         [X, xn[:, None], xp.ones((X.shape[0], 1), dtype=X.dtype, device=dev)], axis=1
     )
@@ -74,7 +90,7 @@ def sq_distances(X, Y, /, *, xp, X_norms=None, Y_norms=None, fast=True):
 def query_factor(X, /, *, xp):
     """``[x, 1]``: left factor of the nearest-point ranking score (see
     :func:`point_factor`)."""
-    one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=getattr(X, "device", None))
+    one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
     return xp.concat([X, one], axis=1)
 
 
@@ -89,22 +105,133 @@ def point_factor(Z, /, *, xp, Z_norms=None):
     return xp.concat([-2.0 * Z, zn[:, None]], axis=1)
 
 
-def _clamp_min0_(D, *, xp, fast=True):
-    """``max(D, 0)``, in place on ``D`` (a temporary we own) where the library
-    allows; the portable form allocates."""
-    if fast:
-        import array_api_compat as aac
+# ------------------------------------------- in-place elementwise fast paths
+# Each op takes ``inplace``: False (the default, and what the agreement test
+# runs) returns a new array; True lets a fast path overwrite its argument, a
+# temporary the caller owns. The portable twins always allocate.
+def _owned_example():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((30, 20)),), {"xp": None}
 
-        if aac.is_numpy_array(D) or aac.is_cupy_array(D):
-            mod = __import__("cupy" if aac.is_cupy_array(D) else "numpy")
-            return mod.maximum(D, 0.0, out=D)
-        if aac.is_torch_array(D):
-            return D.clamp_(min=0.0)
+
+def _dot_example():
+    args, kw = _owned_example()
+    return args, {**kw, "gamma": 0.3, "coef0": 0.5, "degree": 3.0, "kind": "poly"}
+
+
+@portable("kernels.clamp_min0")
+def _clamp_min0_portable(D, /, *, xp, inplace=False):
     return xp.clip(D, 0.0, None)
 
 
+@fast_path("kernels.clamp_min0", "numpy", example=_owned_example)
+def _clamp_min0_numpy(D, /, *, xp, inplace=False):
+    return np.maximum(D, 0.0, out=D if inplace else None)
+
+
+@fast_path("kernels.clamp_min0", "cupy", example=_owned_example)
+def _clamp_min0_cupy(D, /, *, xp, inplace=False):
+    import cupy
+
+    return cupy.maximum(D, 0.0, out=D if inplace else None)
+
+
+@fast_path("kernels.clamp_min0", "torch", example=_owned_example)
+def _clamp_min0_torch(D, /, *, xp, inplace=False):
+    return D.clamp_(min=0.0) if inplace else D.clamp(min=0.0)
+
+
+@portable("kernels.clamp_exp")
+def _clamp_exp_portable(E, /, *, xp, inplace=False):
+    return xp.exp(xp.clip(E, None, 0.0))
+
+
+@fast_path("kernels.clamp_exp", "numpy", example=_owned_example)
+def _clamp_exp_numpy(E, /, *, xp, inplace=False):
+    T = np.minimum(E, 0.0, out=E if inplace else None)
+    return np.exp(T, out=T)
+
+
+@fast_path("kernels.clamp_exp", "cupy", example=_owned_example)
+def _clamp_exp_cupy(E, /, *, xp, inplace=False):
+    import cupy
+
+    T = cupy.minimum(E, 0.0, out=E if inplace else None)
+    return cupy.exp(T, out=T)
+
+
+@fast_path("kernels.clamp_exp", "torch", example=_owned_example)
+def _clamp_exp_torch(E, /, *, xp, inplace=False):
+    T = E.clamp_(max=0.0) if inplace else E.clamp(max=0.0)
+    return T.exp_()
+
+
+@portable("kernels.dot_kernel")
+def _dot_kernel_portable(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
+    """``(γG + c)^p`` (poly) or ``tanh(γG + c)`` (sigmoid) of the product ``G``."""
+    Z = gamma * G + coef0
+    return Z**degree if kind == "poly" else xp.tanh(Z)
+
+
+def _dot_kernel_ufuncs(lib, G, gamma, coef0, degree, kind, inplace):
+    Z = lib.multiply(G, gamma, out=G if inplace else None)
+    lib.add(Z, coef0, out=Z)
+    return lib.power(Z, degree, out=Z) if kind == "poly" else lib.tanh(Z, out=Z)
+
+
+@fast_path("kernels.dot_kernel", "numpy", example=_dot_example)
+def _dot_kernel_numpy(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
+    return _dot_kernel_ufuncs(np, G, gamma, coef0, degree, kind, inplace)
+
+
+@fast_path("kernels.dot_kernel", "cupy", example=_dot_example)
+def _dot_kernel_cupy(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
+    import cupy
+
+    return _dot_kernel_ufuncs(cupy, G, gamma, coef0, degree, kind, inplace)
+
+
+@fast_path("kernels.dot_kernel", "torch", example=_dot_example)
+def _dot_kernel_torch(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
+    Z = G.mul_(gamma) if inplace else G * gamma
+    Z = Z.add_(coef0)
+    return Z.pow_(degree) if kind == "poly" else Z.tanh_()
+
+
+def _clamp_min0_(D, *, xp, fast=True):
+    """``max(D, 0)``, in place on ``D`` (a temporary we own) where the library
+    allows; the portable form allocates."""
+    return dispatch("kernels.clamp_min0", xp, fast=fast)(D, xp=xp, inplace=True)
+
+
 def _l1_distances(X, Y, /, *, xp):
-    return xp.sum(xp.abs(X[:, None, :] - Y[None, :, :]), axis=2)
+    return dispatch("kernels.l1_distances", xp)(X, Y, xp=xp)
+
+
+def _l1_example():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((30, 4)), rng.standard_normal((20, 4))), {"xp": None}
+
+
+@portable("kernels.l1_distances")
+def _l1_distances_portable(X, Y, /, *, xp):
+    """``Σ_j |x_j − z_j|``, one feature at a time: about three ``b × m``
+    arrays of workspace instead of the ``b × m × d`` difference tensor."""
+    D = xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
+    for j in range(X.shape[1]):
+        D = D + xp.abs(X[:, j : j + 1] - Y[:, j][None, :])
+    return D
+
+
+@fast_path("kernels.l1_distances", "numpy", example=_l1_example)
+def _l1_distances_numpy(X, Y, /, *, xp):
+    """The same sum accumulated with ``out=``: two ``b × m`` arrays."""
+    D = np.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype)
+    T = np.empty_like(D)
+    for j in range(X.shape[1]):
+        np.subtract(X[:, j : j + 1], Y[:, j][None, :], out=T)
+        D += np.abs(T, out=T)
+    return D
 
 
 def resolve_kernel_params(
@@ -141,16 +268,23 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
         return kernel(Xb, Y, xp=xp)
     if kernel == "linear":
         return Xb @ Y.T
-    if kernel == "poly":
-        return (p["gamma"] * (Xb @ Y.T) + p["coef0"]) ** p["degree"]
-    if kernel == "sigmoid":
-        return xp.tanh(p["gamma"] * (Xb @ Y.T) + p["coef0"])
+    if kernel in ("poly", "sigmoid"):  # the product is ours: finish it in place
+        return dispatch("kernels.dot_kernel", xp)(
+            Xb @ Y.T,
+            xp=xp,
+            gamma=p["gamma"],
+            coef0=p["coef0"],
+            degree=p["degree"],
+            kind=kernel,
+            inplace=True,
+        )
     if kernel == "rbf":
         return _rbf_block(
             Xb, Y, p["gamma"], xp=xp, Y_factor=Y_factor, diag_offset=diag_offset
         )
     if kernel == "laplacian":
-        return xp.exp(-p["gamma"] * _l1_distances(Xb, Y, xp=xp))
+        D = _l1_distances(Xb, Y, xp=xp)
+        return _clamp_exp_(_scale_(D, -p["gamma"], xp=xp), xp=xp)
     raise ValueError(f"unknown kernel {kernel!r}")
 
 
@@ -163,10 +297,10 @@ def _rbf_factors(X, Y, gamma, *, xp):
     """
     A = B = None
     if X is not None:
-        one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=getattr(X, "device", None))
+        one = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
         A = xp.concat([X, sq_norms(X, xp=xp)[:, None], one], axis=1)
     if Y is not None:
-        one = xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=getattr(Y, "device", None))
+        one = xp.ones((Y.shape[0], 1), dtype=Y.dtype, device=device(Y))
         B = xp.concat(
             [(2.0 * gamma) * Y, -gamma * one, -gamma * sq_norms(Y, xp=xp)[:, None]],
             axis=1,
@@ -191,41 +325,37 @@ def _rbf_block(Xb, Y, gamma, *, xp, Y_factor=None, diag_offset=None, fast=True):
 def _zero_diagonal_(E, offset, *, xp, fast=True):
     """Set ``E[i, offset + i] = 0`` in place (``E`` is a temporary we own).
 
-    Fast path: integer-array assignment, O(b). Portable path: ``where`` over the
-    ``b × b`` square that holds the diagonal, written back through a slice.
+    Libraries with integer-array assignment (NumPy, CuPy, PyTorch) do it in
+    O(b); the portable path applies ``where`` to the ``b × b`` square that holds
+    the diagonal and writes it back through a slice.
     """
-    import array_api_compat as aac
-
     size = min(offset + E.shape[0], E.shape[1]) - offset
     if size <= 0:
         return
-    dev = aac.device(E)
-    idx = xp.arange(size, device=dev)
+    idx = xp.arange(size, device=device(E))
     if fast and (
-        aac.is_numpy_array(E) or aac.is_cupy_array(E) or aac.is_torch_array(E)
+        is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)
     ):
         E[idx, idx + offset] = 0.0
         return
     eye = idx[:, None] == idx[None, :]
     square = E[:size, offset : offset + size]
     E[:size, offset : offset + size] = xp.where(
-        eye, xp.zeros((), dtype=E.dtype, device=dev), square
+        eye, xp.zeros((), dtype=E.dtype, device=device(E)), square
     )
 
 
 def _clamp_exp_(E, *, xp, fast=True):
     """``exp(min(E, 0))``, overwriting ``E`` (a temporary we own) where the
     library has ``out=``/in-place forms; the portable form allocates."""
-    if fast:
-        import array_api_compat as aac
+    return dispatch("kernels.clamp_exp", xp, fast=fast)(E, xp=xp, inplace=True)
 
-        if aac.is_numpy_array(E) or aac.is_cupy_array(E):
-            mod = __import__("cupy" if aac.is_cupy_array(E) else "numpy")
-            mod.minimum(E, 0.0, out=E)
-            return mod.exp(E, out=E)
-        if aac.is_torch_array(E):
-            return E.clamp_(max=0.0).exp_()
-    return xp.exp(xp.clip(E, None, 0.0))
+
+def _scale_(D, c, *, xp):
+    """``c·D`` in place on an owned temporary (the ``poly`` op with degree 1)."""
+    return dispatch("kernels.dot_kernel", xp)(
+        D, xp=xp, gamma=c, coef0=0.0, degree=1.0, kind="poly", inplace=True
+    )
 
 
 def block_rows_for(
@@ -234,20 +364,21 @@ def block_rows_for(
     """Rows per block so that one block's workspace fits ``memory_budget`` bytes.
 
     A block of ``b`` rows against ``m`` columns holds about three ``b×m``
-    temporaries (``b×m×d`` for the Laplacian kernel's L1 distances).
+    temporaries (four for the Laplacian kernel, whose L1 distances accumulate
+    one feature at a time). ``memory_budget=None`` means
+    :func:`xpml.utils._array_api.memory_budget` (512 MiB unless
+    ``XPML_MEMORY_BUDGET`` says otherwise).
     """
     if block_rows is not None:
         if int(block_rows) < 1:
             raise ValueError(f"block_rows must be a positive int; got {block_rows!r}")
         return int(block_rows)
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    budget = _budget() if memory_budget is None else memory_budget
     if not (budget > 0 and math.isfinite(budget)):
         raise ValueError(
             f"memory_budget must be a positive, finite number of bytes; got {budget!r}"
         )
-    per_row = (
-        itemsize * max(n_cols, 1) * (3 + (n_features if kernel == "laplacian" else 0))
-    )
+    per_row = itemsize * max(n_cols, 1) * (4 if kernel == "laplacian" else 3)
     return max(1, int(budget // per_row))
 
 
@@ -319,7 +450,7 @@ def gram_blocks(
     rows = block_rows_for(
         Yv.shape[0],
         X.shape[1],
-        _itemsize(X),
+        _itemsize_of(X.dtype, ctx.xp),
         kernel=kernel,
         memory_budget=memory_budget,
         block_rows=block_rows,
@@ -329,8 +460,8 @@ def gram_blocks(
     )
 
 
-def _itemsize(X):
-    return 4 if "32" in str(X.dtype) else 8
+def _budget():
+    return _memory_budget()
 
 
 def kernel_matrix(
@@ -357,7 +488,7 @@ def kernel_matrix(
         else block_rows_for(
             Y.shape[0],
             X.shape[1],
-            _itemsize(X),
+            _itemsize_of(X.dtype, xp),
             kernel=kernel,
             memory_budget=memory_budget,
             block_rows=block_rows,
@@ -372,9 +503,7 @@ def kernel_matrix(
         X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=symmetric
     ):
         if K is None:
-            K = xp.empty(
-                (n, Y.shape[0]), dtype=Kb.dtype, device=getattr(Kb, "device", None)
-            )
+            K = xp.empty((n, Y.shape[0]), dtype=Kb.dtype, device=device(Kb))
         K[start:stop, :] = Kb
     return K
 
@@ -484,13 +613,13 @@ def is_psd(K, *, tol=None):
     if n != m:
         raise ValueError(f"K must be square; got shape {(n, m)}")
     scale = float(xp.max(xp.abs(K))) if n else 0.0
-    eps = 1.1920929e-07 if K.dtype == xp.float32 else 2.220446049250313e-16
+    u = eps(K.dtype, xp)
     asym = float(xp.max(xp.abs(K - K.T))) if n else 0.0
-    symmetric = asym <= 10 * eps * max(scale, 1.0) * max(n, 1)
+    symmetric = asym <= 10 * u * max(scale, 1.0) * max(n, 1)
     w, V = xp.linalg.eigh((K + K.T) / 2.0)
     lam = float(w[0])
     if tol is None:
-        tol = n * eps * max(abs(float(w[-1])), abs(lam), 1e-300)
+        tol = n * u * max(abs(float(w[-1])), abs(lam), 1e-300)
     ok = symmetric and lam >= -tol
     witness = None if ok or not symmetric else ctx.out(V[:, 0])
     if not symmetric and lam >= -tol:
