@@ -398,5 +398,55 @@ def fit_discrete_nb(est, X, y, sample_weight):
     return est
 
 
+# ------------------------------------------------------- kernel approximation
+@register("Nystroem")
+def fit_nystroem(est, X, y, sample_weight):
+    """The single-machine draw of landmark indices, then only those ``m`` rows
+    are gathered: ``K_LL^{-1/2}`` is computed on the client."""
+    from xpml.kernel_approximation import _inverse_sqrt_psd
+    from xpml.kernels import kernel_matrix
+    from xpml.utils.validation import check_random_state
+
+    data = prologue(est, X)
+    xp, n, m = data.xp, data.n, est.n_components
+    if m > n:
+        warnings.warn(
+            f"n_components={m} > n_samples={n}: n_components was set to n_samples",
+            UserWarning,
+            stacklevel=4,
+        )
+        m = n
+    inds = check_random_state(est.random_state).permutation(n)[:m]
+    (basis,) = compute(data.X[inds])
+    kernel, p = est._kernel_and_params(data.d)
+    K_LL = kernel_matrix(basis, basis, kernel, p, xp=xp, symmetric=True)
+    est.normalization_, _ = _inverse_sqrt_psd(K_LL, xp=xp)
+    est.components_ = basis
+    est.component_indices_ = xp.asarray(inds)
+    return est
+
+
+@register("RandomFourierFeatures")
+def fit_rbf_sampler(est, X, y, sample_weight):
+    """Random Fourier features: only ``gamma="scale"`` reads the data (its variance)."""
+    import math
+
+    from xpml.utils.validation import check_random_state
+
+    data = prologue(est, X)
+    xp, d = data.xp, data.d
+    gamma = float(est.gamma) if est.gamma != "scale" else None
+    if gamma is None:
+        (var,) = compute(data.X.var())
+        gamma = 1.0 / (d * float(var)) if float(var) > 0 else 1.0
+    rng = check_random_state(est.random_state)
+    W = (2.0 * gamma) ** 0.5 * rng.standard_normal((d, est.n_components))
+    b = rng.uniform(0.0, 2.0 * math.pi, size=est.n_components)
+    est.random_weights_ = xp.asarray(W, dtype=data.X.dtype)
+    est.random_offset_ = xp.asarray(b, dtype=data.X.dtype)
+    est.gamma_ = gamma
+    return est
+
+
 import xpml.utils._dask_kmeans  # noqa: E402,F401  (registers KMeans)
 import xpml.utils._dask_logistic  # noqa: E402,F401  (registers LogisticRegression)
