@@ -4,51 +4,56 @@ The dual, in LIBSVM's minimisation form with ``Q_ij = y_i y_j K(x_i, x_j)``::
 
     min_α  ½ αᵀQα − Σα     s.t.  0 ≤ α_i ≤ C_i,   Σ y_i α_i = 0.
 
-We keep ``v = −y ∘ ∇f(α)`` for all ``n`` points. The KKT conditions say
-``max_{I_up} v ≤ min_{I_low} v`` with ``I_up = {y=+1, α<C} ∪ {y=−1, α>0}`` and
-``I_low = {y=+1, α>0} ∪ {y=−1, α<C}``; the solver stops when the violation
-``m − M`` falls below ``tol`` (LIBSVM's criterion, Keerthi et al. 2001).
+We keep ``v = −y ∘ ∇f(α)``. The KKT conditions say ``max_{I_up} v ≤
+min_{I_low} v`` with ``I_up = {y=+1, α<C} ∪ {y=−1, α>0}`` and ``I_low =
+{y=+1, α>0} ∪ {y=−1, α<C}``; the solver stops when the violation ``m − M``
+falls below ``tol`` (LIBSVM's criterion, Keerthi et al. 2001).
 
-Each outer step ("working set")
+Each outer step ("working set") is three named steps:
 
-1. picks a working set ``B`` of at most ``q`` indices: the free variables
-   (``0 < α < C``) of the previous set, up to ``q/2`` of them, topped up with
-   the largest ``v`` in ``I_up`` and the smallest in ``I_low`` (the maximal
-   violators; keeping the free ones stops the zig-zag of a purely greedy set);
-2. makes the rows ``K[B, :]`` resident in a slot buffer with LRU eviction —
-   the missing rows are computed together as Gram blocks through
-   :mod:`xpml.kernels`, and the buffer never exceeds the memory budget (the
-   full ``n × n`` matrix is held only when it fits);
-3. solves the ``q``-variable subproblem with 2-variable SMO steps whose pair is
-   chosen by the maximal violator and LIBSVM's second-order rule (Fan, Chen &
-   Lin 2005) on ``K_BB``; curvature ``a ≤ τ`` (non-PSD kernels) becomes
-   ``τ = 1e-12``, so the solver always terminates;
-4. updates the whole gradient with one matrix–vector product over the rows
-   whose ``α`` moved: ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)``.
+1. :func:`_propose` (on the device): the largest ``v`` in ``I_up`` and the
+   smallest in ``I_low`` (the maximal violators), their scores and the dual
+   objective, packed into one small array read by the host once;
+   :func:`_working_set` (host) adds the free variables (``0 < α < C``) of the
+   previous set, up to ``q/2`` of them (keeping them stops the zig-zag of a
+   purely greedy set);
+2. :func:`_solve_block`: the ``q × q`` block ``K_BB`` (Gram engine) and the
+   ``q``-variable subproblem, solved by 2-variable SMO steps whose pair is the
+   maximal violator and LIBSVM's second-order partner (Fan, Chen & Lin 2005);
+   curvature ``a ≤ τ`` (non-PSD kernels) becomes ``τ = 1e-12``;
+3. :func:`_update_gradient`: ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)`` over the rows of
+   ``B``, which :class:`KernelRows` keeps in a row cache that grows (doubling)
+   as rows are requested, up to ``cache_size``, then evicts the least recently
+   used.
 
-It stops when the violation is below ``tol``, after ``max_iter`` SMO steps, or
-when ``_STALL`` working sets in a row leave the dual objective unchanged (a
-``tol`` below the floating-point floor of the problem). No shrinking
-heuristic is applied: every variable stays in the selection.
+The working-set size adapts: it starts at ``_Q_START`` and doubles (up to
+``q``) while the subproblems are busy (many free variables or many steps), so
+a problem with few support vectors computes few kernel rows.
 
-Host synchronisation: the outer loop moves ``O(q)`` numbers to the host per
-working set (the candidate indices and scores, for the cache bookkeeping, and
-the dual objective). The ``q``-variable subproblem is inherently sequential
-(thousands of tiny steps), so where small-array operations are expensive it
-runs on the host: on NumPy directly, and on torch and CuPy the ``q × q``
-block and four ``q``-vectors are copied to the host once per working set
-(``O(q²)`` numbers) and ``α_B``, ``v_B`` copied back. The portable
-array-API solver (state on the device, one flag read every ``_CHECK_EVERY``
-steps) serves every other namespace, array-api-strict among them; a test
-checks it agrees with the host solver step for step. NumPy also uses
-``argpartition`` for the top-``k`` selection.
+Shrinking (LIBSVM's heuristic, ``shrinking=True``): every ``_SHRINK_EVERY``
+working sets a variable at a bound whose ``v`` says it cannot join a
+violating pair (only in ``I_up`` with ``v < M``, or only in ``I_low`` with
+``v > m``) is removed from the active set; kernel rows, selection and the
+gradient update then cover the active set only. When the active problem is
+solved to ``10 tol`` (and again at the end) the gradient of the removed
+variables is reconstructed (:func:`_unshrink`, ``v_i = y_i − Σ_j K_ij y_j α_j``)
+and optimality re-checked on the whole set, so the answer is the unshrunk one.
+
+Host synchronisation per working set: one read of the packed proposal, one
+transfer each way for the subproblem on the libraries whose small-array
+operations are expensive (torch, CuPy: the ``q × q`` block and four
+``q``-vectors go to the host, ``α_B`` comes back), the working set's indices
+uploaded once. Library-specific pieces (NumPy's ``argpartition``, indexed row
+writes, the host subproblem) are registered with
+:func:`xpml.utils._array_api.fast_path` beside portable twins.
 
 References
 ----------
 Platt (1998) Sequential minimal optimization. Keerthi, Shevade, Bhattacharyya &
 Murthy (2001) Improvements to Platt's SMO algorithm. Fan, Chen & Lin (2005)
-Working set selection using second order information, JMLR 6. Wen et al. (2018)
-ThunderSVM (batched working sets).
+Working set selection using second order information, JMLR 6. Joachims (1999)
+and Chang & Lin (2011) LIBSVM (shrinking). Wen et al. (2018) ThunderSVM
+(batched working sets).
 """
 
 from __future__ import annotations
@@ -61,10 +66,18 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.kernels import kernel_matrix
+from xpml.utils._array_api import (
+    device,
+    dispatch,
+    fast_path,
+    itemsize,
+    portable,
+)
 
 __all__ = [
     "KernelRows",
     "PrecomputedRows",
+    "SMOOptions",
     "SMOResult",
     "smo_solve",
     "solve_subproblem",
@@ -74,198 +87,206 @@ TAU = 1e-12  # curvature floor for non-PSD kernels (LIBSVM's TAU)
 _CHUNK = 256  # rows per transient block (new kernel rows, gathered rows)
 _STALL = 50  # working sets without progress before giving up
 _CHECK_EVERY = 8  # portable subproblem solver: host check every this many steps
+_Q_START = 64  # first working-set size; doubles while the subproblems are busy
+_SHRINK_EVERY = 4  # working sets between shrinking checks
+_SHRINK_MIN = 0.2  # compact the active set when this fraction can go
 
 
-def _is_numpy(xp):
-    return "numpy" in xp.__name__ and "strict" not in xp.__name__
+# ----------------------------------------------------- library-specific ops
+def _example_top_k():
+    score = np.random.default_rng(0).permutation(50).astype(np.float64)
+    return (score, 7), {"xp": np}
 
 
-def _host_subproblem(xp):
-    """Libraries whose small-array operations cost more than moving a ``q × q``
-    block to the host (torch, cupy); array-api-strict keeps the portable path."""
-    name = xp.__name__
-    return "torch" in name or "cupy" in name
+@portable("svm.top_k")
+def _top_k(score, k, /, *, xp):
+    """Indices of the ``k`` largest entries, largest first (ties by index)."""
+    return xp.argsort(score, descending=True, stable=True)[: min(k, score.shape[0])]
 
 
-# ---------------------------------------------------------------- kernel rows
-class KernelRows:
-    """Rows of the kernel matrix of ``X`` in a slot buffer with LRU eviction.
-
-    The buffer is one ``(slots, n)`` array: a working set's rows are found by
-    their slot numbers (host bookkeeping), the ``q × q`` block is gathered from
-    it, and the gradient update reads only the rows whose ``α`` moved. Missing
-    rows are computed together as one Gram block by :mod:`xpml.kernels`.
-
-    Parameters
-    ----------
-    X : array (n, d), validated, in namespace ``xp``
-    kernel, params : as :func:`xpml.kernels.resolve_kernel_params` returns them
-    memory_budget : int
-        Bytes for the buffer **and** the transient blocks together; the full
-        ``n × n`` matrix is held only when it fits.
-    q : int
-        Requested working-set size (lowered to fit a small budget).
-
-    Attributes
-    ----------
-    peak_bytes : int
-        Largest bytes held at once: the buffer plus the live transient blocks.
-    computed_rows, hits : int
-        Rows computed through the Gram engine, and rows found in the buffer.
-    """
-
-    def __init__(self, X, kernel, params, *, xp, memory_budget, q):
-        self.X, self.kernel, self.params, self.xp = X, kernel, params, xp
-        self.n = int(X.shape[0])
-        self.row_bytes = self.n * (4 if X.dtype == xp.float32 else 8)
-        self.budget = int(memory_budget)
-        fit_rows = self.budget // self.row_bytes
-        # transients are processed in chunks of at most _CHUNK rows: the block
-        # of new rows, the Gram engine's workspace and the gathered moved rows
-        self.q = max(2, min(q, self.n, fit_rows // 5))
-        self.chunk = min(_CHUNK, self.q)
-        self.slots = max(self.q, min(self.n, fit_rows - 4 * self.chunk))
-        self.buf = None
-        self.slot_of = np.full(self.n, -1, dtype=np.int64)
-        self.row_of = np.full(self.slots, -1, dtype=np.int64)
-        self.stamp = np.zeros(self.slots, dtype=np.int64)
-        self.clock = 0
-        self.peak_bytes = 0
-        self.computed_rows = 0
-        self.hits = 0
-        self._fast = _is_numpy(xp)
-
-    def _note(self, transient_rows):
-        self.peak_bytes = max(
-            self.peak_bytes, (self.slots + transient_rows) * self.row_bytes
-        )
-
-    def fetch(self, B):
-        """Make the rows ``B`` (sorted host ints) resident; return their slots."""
-        xp = self.xp
-        if self.buf is None:
-            self.buf = xp.empty(
-                (self.slots, self.n), dtype=self.X.dtype, device=_device(self.X)
-            )
-        self.clock += 1
-        slots = self.slot_of[B]
-        miss = slots < 0
-        n_miss = int(miss.sum())
-        self.hits += len(B) - n_miss
-        self.stamp[slots[~miss]] = self.clock
-        if n_miss:
-            new = B[miss]
-            # free slots first, then the least recently used (never this set's)
-            order = np.argsort(self.stamp, kind="stable")
-            order = order[self.stamp[order] < self.clock][:n_miss]
-            old = self.row_of[order]
-            self.slot_of[old[old >= 0]] = -1
-            for c in range(0, n_miss, self.chunk):
-                part = new[c : c + self.chunk]
-                Xb = xp.take(self.X, xp.asarray(part, device=_device(self.X)), axis=0)
-                budget = (
-                    None
-                    if isinstance(self.kernel, str)
-                    else 3 * len(part) * self.row_bytes
-                )
-                block = kernel_matrix(
-                    Xb, self.X, self.kernel, self.params, xp=xp, memory_budget=budget
-                )
-                self._note(3 * len(part))
-                self._write(order[c : c + self.chunk], block)
-                del block
-            self.row_of[order] = new
-            self.slot_of[new] = order
-            self.stamp[order] = self.clock
-            slots = self.slot_of[B]
-            self.computed_rows += n_miss
-        return slots
-
-    def _write(self, slots, block):
-        if self._fast:
-            self.buf[slots] = block
-            return
-        # portable: the buffer is ours, written row by row through slices
-        for k, s in enumerate(slots.tolist()):
-            self.buf[s : s + 1, :] = block[k : k + 1, :]
-
-    def block(self, slots, B):
-        """``K[B, B]``, computed afresh by the Gram engine: ``q² d`` flops cost
-        less than gathering ``q²`` values scattered over the buffer."""
-        xp = self.xp
-        XB = xp.take(self.X, xp.asarray(B, device=_device(self.X)), axis=0)
-        budget = None if isinstance(self.kernel, str) else 3 * len(B) * len(B) * 8
-        return kernel_matrix(
-            XB,
-            XB,
-            self.kernel,
-            self.params,
-            xp=xp,
-            symmetric=True,
-            memory_budget=budget,
-        )
-
-    def product(self, slots, d):
-        """``K[B', :]ᵀ d`` for the rows in ``slots`` (those whose α moved)."""
-        xp = self.xp
-        out = None
-        m = len(slots)
-        for c in range(0, m, self.chunk):
-            sl = slots[c : min(c + self.chunk, m)]
-            dc = d[c : min(c + self.chunk, m)]
-            self._note(len(sl))
-            if self._fast:
-                part = dc @ self.buf[sl]
-            else:
-                part = dc @ xp.take(
-                    self.buf, xp.asarray(sl, device=_device(self.buf)), axis=0
-                )
-            out = part if out is None else out + part
-        if out is None:
-            return xp.zeros((self.n,), dtype=self.buf.dtype, device=_device(self.buf))
-        return out
-
-    def release(self):
-        self.buf = None
+@fast_path("svm.top_k", "numpy", example=_example_top_k)
+def _top_k_numpy(score, k, /, *, xp):
+    """``argpartition`` then a sort of the ``k`` winners; can differ from the
+    portable sort only in which of exactly tied entries at the cut are taken."""
+    n = score.shape[0]
+    k = min(k, n)
+    if n <= 4 * k:
+        return _top_k(score, k, xp=xp)
+    part = np.argpartition(-score, k - 1)[:k]
+    return part[np.lexsort((part, -score[part]))]
 
 
-class PrecomputedRows(KernelRows):
-    """Rows of a kernel matrix the user already holds (``kernel="precomputed"``):
-    the matrix itself is the buffer and nothing is computed."""
-
-    def __init__(self, K, *, xp, q):
-        self.xp = xp
-        self.n = int(K.shape[0])
-        self.q = max(2, min(q, self.n))
-        self.chunk = self.n
-        self.buf = K
-        self.peak_bytes = 0
-        self.computed_rows = 0
-        self.hits = 0
-        self._fast = _is_numpy(xp)
-
-    def _note(self, transient_rows):
-        pass
-
-    def fetch(self, B):
-        self.hits += len(B)
-        return B
-
-    def block(self, slots, B):
-        xp = self.xp
-        if self._fast:
-            return self.buf[np.ix_(B, B)]
-        Bd = xp.asarray(B, device=_device(self.buf))
-        return xp.take(xp.take(self.buf, Bd, axis=0), Bd, axis=1)
+def _example_write_rows():
+    buf = np.zeros((6, 4))
+    block = np.arange(12.0).reshape(3, 4)
+    return (buf, np.array([4, 1, 2]), block), {"xp": np}
 
 
-def _device(a):
-    import array_api_compat
+@portable("svm.write_rows")
+def _write_rows(buf, slots, block, /, *, xp):
+    """``buf[slots] = block`` for host ``slots``, through slices (runs of
+    consecutive slots are written together); returns ``buf``."""
+    slots = np.asarray(slots)
+    breaks = np.flatnonzero(np.diff(slots) != 1) + 1
+    for run in np.split(np.arange(slots.shape[0]), breaks):
+        s, r = int(slots[run[0]]), int(run[0])
+        buf[s : s + run.shape[0], :] = block[r : r + run.shape[0], :]
+    return buf
 
-    return array_api_compat.device(a)
+
+@fast_path("svm.write_rows", "numpy", "torch", "cupy", example=_example_write_rows)
+def _write_rows_indexed(buf, slots, block, /, *, xp):
+    """One indexed assignment."""
+    buf[xp.asarray(slots, device=device(buf))] = block
+    return buf
 
 
-# --------------------------------------------------------- the q-subproblem
+def _example_subproblem():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 3))
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    y = np.where(rng.random(30) < 0.5, 1.0, -1.0)
+    return (K, y, np.zeros(30), np.full(30, 2.0), y.copy()), {
+        "xp": np,
+        "tol": 1e-9,
+        "max_steps": 2000,
+    }
+
+
+@fast_path("svm.subproblem", "numpy", "torch", "cupy", example=_example_subproblem)
+def _subproblem_on_host(K, y, a, C, v, /, *, xp, tol, max_steps):
+    """The subproblem on the host: thousands of tiny sequential steps cost less
+    there than as device launches. One transfer each way (the block with the
+    four vectors stacked under it; ``α_B`` and ``v_B`` back)."""
+    q = K.shape[0]
+    packed = to_numpy(xp.concat([K, xp.stack([y, a, C, v], axis=0)], axis=0))
+    Kh, (yh, ah, Ch, vh) = packed[:q], packed[q:]
+    a_new, v_new, steps = _subproblem_numpy(Kh, yh, ah, Ch, vh, tol, max_steps)
+    out = xp.asarray(np.stack([a_new, v_new]), dtype=K.dtype, device=device(K))
+    return out[0, :], out[1, :], steps
+
+
+def _subproblem_numpy(K, y, a, C, v, tol, max_steps):
+    """2-variable SMO steps on NumPy arrays; buffers are reused (``out=``)."""
+    a, v = a.copy(), v.copy()
+    diag = np.diagonal(K).copy()
+    K2 = 2.0 * K
+    ypos = y > 0
+    # additive masks: 0 where a variable is in I_up / I_low, −inf where not
+    pen_up = np.where(np.where(ypos, a < C, a > 0), 0.0, -np.inf)
+    pen_low = np.where(np.where(ypos, a > 0, a < C), 0.0, -np.inf)
+    t, b, curv, gain = (np.empty_like(v) for _ in range(4))
+    steps = 0
+    while steps < max_steps:
+        np.add(v, pen_up, out=t)
+        i = int(t.argmax())
+        m = t[i]
+        np.subtract(m, v, out=b)  # b = m − v
+        np.add(b, pen_low, out=t)  # over I_low only
+        if not t.max() >= tol:
+            break
+        np.subtract(diag, K2[i], out=curv)
+        curv += diag[i]
+        np.maximum(curv, TAU, out=curv)
+        np.maximum(t, 0.0, out=t)
+        np.multiply(t, t, out=gain)
+        gain /= curv  # second-order gain b²/a over admissible partners
+        j = int(gain.argmax())
+        dai, daj = _pair_step(a, y, C, (i, j), b[j] / curv[j])
+        if dai == 0 and daj == 0:  # below the floating-point resolution
+            break
+        np.multiply(K[i], dai, out=t)
+        v -= t
+        np.multiply(K[j], daj, out=t)
+        v -= t
+        for k in (i, j):
+            ak, yk = a[k], ypos[k]
+            pen_up[k] = 0.0 if (ak < C[k] if yk else ak > 0) else -np.inf
+            pen_low[k] = 0.0 if (ak > 0 if yk else ak < C[k]) else -np.inf
+        steps += 1
+    return a, v, steps
+
+
+def _pair_step(a, y, C, pair, newton):
+    """Move ``α_i`` up and ``α_j`` down along the feasible line by the clipped
+    Newton step; ``a`` is updated in place, returns ``y∘Δα`` of the pair."""
+    i, j = pair
+    ai, aj = a[i], a[j]
+    ub_i = C[i] - ai if y[i] > 0 else ai
+    ub_j = aj if y[j] > 0 else C[j] - aj
+    t = min(newton, ub_i, ub_j)
+    ai_new = (C[i] if y[i] > 0 else 0.0) if t == ub_i else ai + y[i] * t
+    aj_new = (0.0 if y[j] > 0 else C[j]) if t == ub_j else aj - y[j] * t
+    a[i], a[j] = ai_new, aj_new
+    return y[i] * (ai_new - ai), y[j] * (aj_new - aj)
+
+
+@portable("svm.subproblem")
+def _subproblem_portable(K, y, a, C, v, /, *, xp, tol, max_steps):
+    """Array-API version: the state stays on the device; a step is a fixed
+    sequence of array operations. ``live`` turns False, and stays so, where
+    the host version stops; the host reads it every ``_CHECK_EVERY`` steps,
+    so the result and the step count are the host version's."""
+    dev, dt = device(K), K.dtype
+    c = _Consts(
+        ar=xp.arange(K.shape[0], device=dev),
+        diag=xp.linalg.diagonal(K),
+        zero=xp.asarray(0.0, dtype=dt, device=dev),
+        ninf=xp.asarray(-math.inf, dtype=dt, device=dev),
+        tau=xp.asarray(TAU, dtype=dt, device=dev),
+        tol=tol,
+    )
+    live = xp.asarray(True, device=dev)
+    count = xp.asarray(0, dtype=xp.int64, device=dev)
+    for it in range(max_steps):
+        if it % _CHECK_EVERY == 0 and it and not bool(live):
+            break
+        a, v, live = _portable_step(K, (y, C), (a, v, live), c, xp=xp)
+        count = count + xp.astype(live, xp.int64)
+    return a, v, int(count)
+
+
+@dataclasses.dataclass
+class _Consts:
+    ar: object
+    diag: object
+    zero: object
+    ninf: object
+    tau: object
+    tol: float
+
+
+def _portable_step(K, yC, state, c, *, xp):
+    y, C = yC
+    a, v, live = state
+    ypos = y > 0
+    up = xp.where(ypos, a < C, a > 0)
+    low = xp.where(ypos, a > 0, a < C)
+    vu = xp.where(up, v, c.ninf)
+    i = xp.argmax(vu)
+    m = vu[i]
+    bl = xp.where(low, m - v, c.ninf)
+    live = live & (xp.max(bl) >= c.tol)
+    Ki = xp.take(K, xp.reshape(i, (1,)), axis=0)[0, :]
+    curv = xp.maximum((c.diag + c.diag[i]) - 2.0 * Ki, c.tau)
+    bp = xp.maximum(bl, c.zero)
+    j = xp.argmax((bp * bp) / curv)
+    ai, aj, Ci, Cj, yi, yj = a[i], a[j], C[i], C[j], y[i], y[j]
+    ub_i = xp.where(ypos[i], Ci - ai, ai)
+    ub_j = xp.where(ypos[j], aj, Cj - aj)
+    t = xp.minimum(xp.minimum((m - v[j]) / curv[j], ub_i), ub_j)
+    ai_new = xp.where(t == ub_i, xp.where(ypos[i], Ci, c.zero), ai + yi * t)
+    aj_new = xp.where(t == ub_j, xp.where(ypos[j], c.zero, Cj), aj - yj * t)
+    dai = yi * (ai_new - ai)
+    daj = yj * (aj_new - aj)
+    live = live & ((dai != 0) | (daj != 0))
+    dai = xp.where(live, dai, c.zero)
+    daj = xp.where(live, daj, c.zero)
+    a = xp.where(live & (c.ar == i), ai_new, xp.where(live & (c.ar == j), aj_new, a))
+    v = v - dai * Ki - daj * xp.take(K, xp.reshape(j, (1,)), axis=0)[0, :]
+    return a, v, live
+
+
 def solve_subproblem(Kbb, y, alpha, C, v, *, xp, tol, max_steps, force_portable=False):
     """Solve the dual restricted to a working set by 2-variable SMO steps.
 
@@ -288,124 +309,334 @@ def solve_subproblem(Kbb, y, alpha, C, v, *, xp, tol, max_steps, force_portable=
     steps : int
         SMO steps taken.
     """
-    if force_portable or not (_is_numpy(xp) or _host_subproblem(xp)):
-        return _subproblem_portable(
-            Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps
-        )
-    if _is_numpy(xp):
-        return _subproblem_host(Kbb, y, alpha, C, v, tol, max_steps)
-    # torch / cupy: the q×q block and four q-vectors go to the host once per
-    # working set, and α_B, v_B come back; a GPU would otherwise launch ~40
-    # kernels per 2-variable step
-    dev = _device(Kbb)
-    a, vv, steps = _subproblem_host(
-        *(to_numpy(z) for z in (Kbb, y, alpha, C, v)), tol, max_steps
+    solve = dispatch("svm.subproblem", xp, fast=not force_portable)
+    return solve(Kbb, y, alpha, C, v, xp=xp, tol=tol, max_steps=max_steps)
+
+
+def _example_grow_rows():
+    return (np.arange(6.0).reshape(2, 3), 5, 8), {"xp": np}
+
+
+@portable("svm.grow_rows")
+def _grow_rows(buf, rows, cap, /, *, xp):
+    """``buf`` with room for at least ``rows`` rows (``cap`` the most it will
+    ever need): the old rows first, the new ones uninitialised (one copy)."""
+    more = xp.empty(
+        (rows - buf.shape[0], buf.shape[1]), dtype=buf.dtype, device=device(buf)
     )
-    return xp.asarray(a, device=dev), xp.asarray(vv, device=dev), steps
+    return xp.concat([buf, more], axis=0)
 
 
-def _subproblem_host(K, y, a, C, v, tol, max_steps):
-    """NumPy version: indices and the step length are host scalars."""
-    a = a.copy()
-    v = v.copy()
-    diag = np.diagonal(K).copy()
-    K2 = 2.0 * K
-    ypos = y > 0
-    up = np.where(ypos, a < C, a > 0)
-    low = np.where(ypos, a > 0, a < C)
-    ninf, pinf = -np.inf, np.inf
-    steps = 0
-    while steps < max_steps:
-        vu = np.where(up, v, ninf)
-        i = int(vu.argmax())
-        m = vu[i]
-        if m - np.where(low, v, pinf).min() < tol:
-            break
-        Ki = K[i]
-        b = m - v
-        # second-order gain b²/a over admissible partners; a ≤ τ replaced by τ
-        curv = np.maximum((diag + diag[i]) - K2[i], TAU)
-        gain = np.where(low & (v < m), (b * b) / curv, -1.0)
-        j = int(gain.argmax())
-        ai, aj, Ci, Cj = a[i], a[j], C[i], C[j]
-        ub_i = Ci - ai if ypos[i] else ai
-        ub_j = aj if ypos[j] else Cj - aj
-        t = min(b[j] / curv[j], ub_i, ub_j)
-        if t == ub_i:
-            ai_new = Ci if ypos[i] else 0.0
-        else:
-            ai_new = ai + y[i] * t
-        if t == ub_j:
-            aj_new = 0.0 if ypos[j] else Cj
-        else:
-            aj_new = aj - y[j] * t
-        dai = y[i] * (ai_new - ai)
-        daj = y[j] * (aj_new - aj)
-        if dai == 0 and daj == 0:  # below the floating-point resolution: no progress
-            break
-        a[i], a[j] = ai_new, aj_new
-        v -= dai * Ki
-        v -= daj * K[j]
-        for k, ak in ((i, ai_new), (j, aj_new)):
-            up[k] = ak < C[k] if ypos[k] else ak > 0
-            low[k] = ak > 0 if ypos[k] else ak < C[k]
-        steps += 1
-    return a, v, steps
+@fast_path("svm.grow_rows", "numpy", example=_example_grow_rows)
+def _grow_rows_numpy(buf, rows, cap, /, *, xp):
+    """NumPy: one allocation of ``cap`` rows. Memory is mapped lazily by the
+    operating system, so only the pages of rows written are ever held; no
+    copy as the cache fills."""
+    if buf.shape[0] >= rows:
+        return buf
+    out = np.empty((cap, buf.shape[1]), dtype=buf.dtype)
+    out[: buf.shape[0]] = buf
+    return out
 
 
-def _subproblem_portable(K, y, a, C, v, *, xp, tol, max_steps):
-    """Array-API version: the state stays on the device; a step is a fixed
-    sequence of array operations (no data-dependent branches). ``live`` turns
-    False, and stays so, where the host version would stop (violation below
-    ``tol``, or a step that no longer changes ``α``); the host reads it every
-    ``_CHECK_EVERY`` steps, so the result and the step count are the host
-    version's."""
-    q = int(K.shape[0])
-    dev = _device(K)
-    dt = K.dtype
-    ar = xp.arange(q, device=dev)
-    diag = xp.linalg.diagonal(K)
-    ypos = y > 0
-    zero = xp.asarray(0.0, dtype=dt, device=dev)
-    ninf = xp.asarray(-math.inf, dtype=dt, device=dev)
-    pinf = xp.asarray(math.inf, dtype=dt, device=dev)
-    tau = xp.asarray(TAU, dtype=dt, device=dev)
-    neg1 = xp.asarray(-1.0, dtype=dt, device=dev)
-    live = xp.asarray(True, device=dev)
-    count = xp.asarray(0, dtype=xp.int64, device=dev)
-    for it in range(max_steps):
-        if it % _CHECK_EVERY == 0 and it and not bool(live):
-            break
-        up = xp.where(ypos, a < C, a > 0)
-        low = xp.where(ypos, a > 0, a < C)
-        vu = xp.where(up, v, ninf)
-        i = xp.argmax(vu)
-        m = vu[i]
-        live = live & (m - xp.min(xp.where(low, v, pinf)) >= tol)
-        Ki = xp.take(K, xp.reshape(i, (1,)), axis=0)[0, :]
-        b = m - v
-        curv = xp.maximum((diag + diag[i]) - 2.0 * Ki, tau)
-        gain = xp.where(low & (v < m), (b * b) / curv, neg1)
-        j = xp.argmax(gain)
-        live = live & (gain[j] > 0)
-        ai, aj, Ci, Cj, yi, yj = a[i], a[j], C[i], C[j], y[i], y[j]
-        ub_i = xp.where(ypos[i], Ci - ai, ai)
-        ub_j = xp.where(ypos[j], aj, Cj - aj)
-        t = xp.minimum(xp.minimum(b[j] / curv[j], ub_i), ub_j)
-        ai_new = xp.where(t == ub_i, xp.where(ypos[i], Ci, zero), ai + yi * t)
-        aj_new = xp.where(t == ub_j, xp.where(ypos[j], zero, Cj), aj - yj * t)
-        dai = yi * (ai_new - ai)
-        daj = yj * (aj_new - aj)
-        live = live & ((dai != 0) | (daj != 0))
-        dai = xp.where(live, dai, zero)
-        daj = xp.where(live, daj, zero)
-        a = xp.where(live & (ar == i), ai_new, xp.where(live & (ar == j), aj_new, a))
-        v = v - dai * Ki - daj * xp.take(K, xp.reshape(j, (1,)), axis=0)[0, :]
-        count = count + xp.astype(live, xp.int64)
-    return a, v, int(count)
+# ---------------------------------------------------------------- kernel rows
+class KernelRows:
+    """Rows of the kernel matrix of ``X`` in a row cache with LRU eviction.
+
+    The cache is one ``(size, n)`` array that grows by doubling as rows are
+    requested, up to the cap the budget allows, then evicts the least recently
+    used rows. Missing rows are computed together as Gram blocks by
+    :mod:`xpml.kernels`.
+
+    Parameters
+    ----------
+    X : array (n, d), validated, in namespace ``xp``
+    kernel, params : as :func:`xpml.kernels.resolve_kernel_params` returns them
+    memory_budget : int
+        Bytes for the cache **and** the transient blocks together.
+    q : int
+        Largest working-set size (lowered to fit a small budget).
+    cache_dtype : dtype, optional
+        Storage of cached rows (default ``X.dtype``); float32 halves the
+        memory at about 1e-7 relative error in the kernel values.
+
+    Attributes
+    ----------
+    peak_bytes : int
+        Largest bytes held at once: the cache plus the live transient blocks.
+    computed_rows, hits : int
+        Rows computed through the Gram engine, and rows found in the cache.
+    """
+
+    def __init__(self, X, kernel, params, *, xp, memory_budget, q, cache_dtype=None):
+        self.kernel, self.params, self.xp = kernel, params, xp
+        self.dtype = X.dtype if cache_dtype is None else cache_dtype
+        self.budget = int(memory_budget)
+        self.X_full = X
+        n = int(X.shape[0])
+        fit_rows = self.budget // (n * itemsize(self.dtype, xp))
+        # transients are processed in chunks of at most _CHUNK rows: the block
+        # of new rows, the Gram engine's workspace and the gathered rows
+        self.q = max(2, min(q, n, fit_rows // 5))
+        self.chunk = min(_CHUNK, self.q)
+        self.peak_bytes = self.computed_rows = self.hits = 0
+        self._set_columns(X)
+
+    def _set_columns(self, X):
+        """Start an empty cache over the columns ``X``."""
+        self.X = X
+        self.n = int(X.shape[0])
+        self.row_bytes = self.n * itemsize(self.dtype, self.xp)
+        fit_rows = self.budget // self.row_bytes
+        self.cap = max(self.q, min(self.n, fit_rows - 4 * self.chunk))
+        self.buf = None
+        self.size = self.used = 0
+        self.slot_of = np.full(self.n, -1, dtype=np.int64)
+        self.row_of = np.full(self.cap, -1, dtype=np.int64)
+        self.stamp = np.zeros(self.cap, dtype=np.int64)
+        self.clock = 0
+
+    def _note(self, transient_rows):
+        held = (self.size + transient_rows) * self.row_bytes
+        self.peak_bytes = max(self.peak_bytes, held)
+
+    def _grow(self, need):
+        """Room for ``need`` rows: the cache's size doubles (up to the cap)."""
+        if need <= self.size:
+            return
+        new = min(self.cap, max(need, 2 * self.size, 16))
+        if self.buf is None:
+            self.buf = self.xp.empty(
+                (0, self.n), dtype=self.dtype, device=device(self.X)
+            )
+        self._note(self.size)  # the old buffer and the new one, briefly
+        self.buf = dispatch("svm.grow_rows", self.xp)(
+            self.buf, new, self.cap, xp=self.xp
+        )
+        self.size = new
+
+    def _slots_for(self, n_miss):
+        """Free slots first (growing the buffer), then the least recently used
+        (never this set's)."""
+        old_used = self.used
+        free = min(n_miss, self.cap - old_used)
+        self._grow(old_used + free)
+        fresh = np.arange(old_used, old_used + free)
+        self.used += free
+        if free == n_miss:
+            return fresh
+        order = np.argsort(self.stamp[:old_used], kind="stable")
+        order = order[self.stamp[order] < self.clock][: n_miss - free]
+        old = self.row_of[order]
+        self.slot_of[old[old >= 0]] = -1
+        return np.concatenate([fresh, order])
+
+    def fetch(self, B):
+        """Make the rows ``B`` (sorted host ints) resident; return their slots."""
+        self.clock += 1
+        slots = self.slot_of[B]
+        miss = slots < 0
+        n_miss = int(miss.sum())
+        self.hits += len(B) - n_miss
+        self.stamp[slots[~miss]] = self.clock
+        if n_miss:
+            new = B[miss]
+            order = self._slots_for(n_miss)
+            for c in range(0, n_miss, self.chunk):
+                self._compute(new[c : c + self.chunk], order[c : c + self.chunk])
+            self.row_of[order] = new
+            self.slot_of[new] = order
+            self.stamp[order] = self.clock
+            slots = self.slot_of[B]
+            self.computed_rows += n_miss
+        return slots
+
+    def _compute(self, rows, slots):
+        xp = self.xp
+        Xb = xp.take(self.X, xp.asarray(rows, device=device(self.X)), axis=0)
+        budget = (
+            None if isinstance(self.kernel, str) else 3 * len(rows) * self.row_bytes
+        )
+        block = kernel_matrix(
+            Xb, self.X, self.kernel, self.params, xp=xp, memory_budget=budget
+        )
+        self._note(3 * len(rows))
+        block = xp.astype(block, self.dtype, copy=False)
+        self.buf = dispatch("svm.write_rows", xp)(self.buf, slots, block, xp=xp)
+
+    def block(self, Bd):
+        """``K[B, B]`` (``Bd`` on the device), computed afresh by the Gram
+        engine: ``q² d`` flops cost less than gathering ``q²`` values scattered
+        over the cache."""
+        xp = self.xp
+        XB = xp.take(self.X, Bd, axis=0)
+        q = int(Bd.shape[0])
+        budget = None if isinstance(self.kernel, str) else 3 * q * q * 8
+        return kernel_matrix(
+            XB,
+            XB,
+            self.kernel,
+            self.params,
+            xp=xp,
+            symmetric=True,
+            memory_budget=budget,
+        )
+
+    def product(self, sl_dev, d):
+        """``K[B, :]ᵀ d`` for the cached rows in the slots ``sl_dev`` (device)."""
+        xp = self.xp
+        out = xp.zeros((self.n,), dtype=d.dtype, device=device(d))
+        m = int(sl_dev.shape[0])
+        for c in range(0, m, self.chunk):
+            e = min(c + self.chunk, m)
+            rows = xp.take(self.buf, sl_dev[c:e], axis=0)
+            self._note(2 * rows.shape[0])
+            out = out + d[c:e] @ xp.astype(rows, d.dtype, copy=False)
+        return out
+
+    def cross(self, rows, cols, coef):
+        """``K[rows, cols] @ coef`` (host index arrays), in row chunks."""
+        xp = self.xp
+        dev = device(self.X_full)
+        Xc = xp.take(self.X_full, xp.asarray(cols, device=dev), axis=0)
+        step = max(1, self.budget // max(1, 3 * len(cols) * 8))
+        parts = []
+        for c in range(0, len(rows), step):
+            Xr = xp.take(
+                self.X_full, xp.asarray(rows[c : c + step], device=dev), axis=0
+            )
+            Kc = kernel_matrix(Xr, Xc, self.kernel, self.params, xp=xp)
+            parts.append(Kc @ coef)
+        return xp.concat(parts) if parts else coef[:0]
+
+    def restrict(self, keep, active):
+        """Keep the columns ``keep`` (host positions in the current columns;
+        ``active`` their indices in the full problem); cached rows of kept
+        variables are kept as far as the budget allows the copy."""
+        xp = self.xp
+        slot_of, buf = self.slot_of[keep], self.buf
+        old_bytes = self.size * self.row_bytes
+        X = xp.take(self.X_full, xp.asarray(active, device=device(self.X)), axis=0)
+        self._set_columns(X)
+        room = (self.budget - old_bytes) // self.row_bytes - 4 * self.chunk
+        rows = np.flatnonzero(slot_of >= 0)[: max(0, min(self.cap, room))]
+        if buf is None or not len(rows):
+            return
+        self._grow(len(rows))
+        self.peak_bytes = max(
+            self.peak_bytes, old_bytes + (self.size + 2 * self.chunk) * self.row_bytes
+        )
+        keep_d = xp.asarray(keep, device=device(buf))
+        src = xp.asarray(slot_of[rows], device=device(buf))
+        for c in range(0, len(rows), self.chunk):
+            part = xp.take(
+                xp.take(buf, src[c : min(c + self.chunk, len(rows))], axis=0),
+                keep_d,
+                axis=1,
+            )
+            self.buf = dispatch("svm.write_rows", xp)(
+                self.buf, np.arange(c, c + part.shape[0]), part, xp=xp
+            )
+        self.used = len(rows)
+        self.slot_of[rows] = np.arange(len(rows))
+        self.row_of[: len(rows)] = rows
+
+    def reset(self):
+        """Back to every column of ``X`` (after unshrinking), cache emptied."""
+        self._set_columns(self.X_full)
+
+    def release(self):
+        self.buf = None
+
+
+class PrecomputedRows(KernelRows):
+    """Rows of a kernel matrix the user already holds (``kernel="precomputed"``):
+    the matrix itself is the cache and nothing is computed."""
+
+    def __init__(self, K, *, xp, q):
+        self.xp = xp
+        self.K_full = self.buf = K
+        self.n = int(K.shape[0])
+        self.q = max(2, min(q, self.n))
+        self.chunk = min(_CHUNK, self.q)
+        self.row_bytes = 0
+        self.size = 0
+        self.peak_bytes = self.computed_rows = self.hits = 0
+
+    def fetch(self, B):
+        self.hits += len(B)
+        return B
+
+    def block(self, Bd):
+        xp = self.xp
+        return xp.take(xp.take(self.buf, Bd, axis=0), Bd, axis=1)
+
+    def cross(self, rows, cols, coef):
+        xp = self.xp
+        dev = device(self.K_full)
+        Kr = xp.take(self.K_full, xp.asarray(rows, device=dev), axis=0)
+        return xp.take(Kr, xp.asarray(cols, device=dev), axis=1) @ coef
+
+    def restrict(self, keep, active):
+        xp = self.xp
+        a = xp.asarray(active, device=device(self.K_full))
+        self.buf = xp.take(xp.take(self.K_full, a, axis=0), a, axis=1)
+        self.n = len(active)
+
+    def reset(self):
+        self.buf = self.K_full
+        self.n = int(self.K_full.shape[0])
+
+    def release(self):
+        pass
+
+
+def _example_scatter():
+    return (np.zeros(8), np.array([1, 4, 6]), np.array([1.0, 2.0, 3.0])), {"xp": np}
+
+
+@portable("svm.scatter")
+def _scatter(x, idx, values, /, *, xp):
+    """``x[idx] = values`` for sorted unique device ``idx``; returns ``x``.
+    Portable: a mask built on the device (``O(n q)`` comparisons) and a masked
+    assignment, whose order is the sorted order of ``idx``."""
+    ar = xp.arange(x.shape[0], device=device(x))
+    mask = xp.any(ar[:, None] == idx[None, :], axis=1)
+    x[mask] = values
+    return x
+
+
+@fast_path("svm.scatter", "numpy", "torch", "cupy", example=_example_scatter)
+def _scatter_indexed(x, idx, values, /, *, xp):
+    x[idx] = values
+    return x
 
 
 # ------------------------------------------------------------------ the solver
+@dataclasses.dataclass
+class SMOOptions:
+    """Settings of :func:`smo_solve`.
+
+    ``tol``: stop when the maximal KKT violation ``m − M`` is below it.
+    ``max_iter``: most SMO steps in total (``-1``: no limit). ``shrinking``:
+    LIBSVM's shrinking heuristic. ``adaptive_q``: start with small working
+    sets and double them while the subproblems are busy (else always
+    ``rows.q``). ``inner_ratio``: a subproblem is solved until its violation
+    is below ``max(tol, inner_ratio · global violation)``. ``inner_steps``:
+    most SMO steps per subproblem (default ``10 q``). ``verbose``: print
+    progress every 20 (or ``verbose``) working sets.
+    """
+
+    tol: float = 1e-3
+    max_iter: int = -1
+    shrinking: bool = True
+    adaptive_q: bool = True
+    inner_ratio: float = 0.1
+    inner_steps: int | None = None
+    verbose: bool | int = False
+    label: str = ""
+
+
 @dataclasses.dataclass
 class SMOResult:
     """Solution of one binary dual.
@@ -413,7 +644,8 @@ class SMOResult:
     ``alpha`` (n,), ``v = −y∘∇f`` (n,), ``rho`` (decision ``Σαᵢyᵢk(xᵢ,x) − rho``),
     ``dual`` (``Σα − ½αᵀQα``), ``primal`` (``½‖w‖² + Σ Cᵢξᵢ``), ``gap`` (final
     KKT violation ``m − M``), ``n_iter`` (SMO steps), ``n_outer`` (working
-    sets), ``converged``, ``peak_bytes``, ``computed_rows``, ``cache_hits``.
+    sets), ``converged``, ``peak_bytes``, ``computed_rows``, ``cache_hits``,
+    ``n_shrink`` (times the active set was compacted).
     """
 
     alpha: object
@@ -428,186 +660,274 @@ class SMOResult:
     peak_bytes: int
     computed_rows: int
     cache_hits: int
+    n_shrink: int = 0
 
 
-def _top(score, k, *, xp):
-    """Indices of the ``k`` largest entries, largest first (ties by index).
+@dataclasses.dataclass
+class _Problem:
+    """The active part of the dual: device arrays over the active variables,
+    ``active`` their indices in the full problem (None: all of them)."""
 
-    NumPy fast path: ``argpartition`` then a sort of the ``k`` winners; the
-    portable path sorts everything. They can differ only in which of several
-    exactly tied entries at the cut are taken.
+    y: object
+    C: object
+    alpha: object
+    v: object
+    active: np.ndarray | None = None
+
+
+@dataclasses.dataclass
+class _Full:
+    """Host copies of the full problem, for shrinking and unshrinking."""
+
+    y: np.ndarray
+    C: np.ndarray
+    alpha: np.ndarray
+    y_dev: object
+    C_dev: object
+
+
+@dataclasses.dataclass
+class _Progress:
+    q: int
+    kept: np.ndarray
+    B_dev: object = None
+    B_host: np.ndarray | None = None
+    busy: bool = False
+    n_iter: int = 0
+    n_outer: int = 0
+    n_shrink: int = 0
+    gap: float = math.inf
+    best: float = -math.inf
+    stalled: int = 0
+    converged: bool = False
+    unshrunk: bool = False
+
+
+def _propose(prob, h, B_prev, *, xp):
+    """Step 1 on the device: the ``h`` largest violators on each side, their
+    scores, which of the previous set's variables are free, and the dual
+    objective, read by the host in one transfer.
+
+    Returns host ``(cand_up, cand_low, free_prev, gap, dual)``; a candidate
+    with score −inf is not in its index set.
     """
-    n = int(score.shape[0])
-    k = min(k, n)
-    if _is_numpy(xp) and n > 4 * k:
-        part = np.argpartition(-score, k - 1)[:k]
-        return part[np.lexsort((part, -score[part]))]
-    return xp.argsort(score, descending=True, stable=True)[:k]
+    y, C, alpha, v = prob.y, prob.C, prob.alpha, prob.v
+    dt = v.dtype
+    ypos = y > 0
+    ninf = xp.asarray(-math.inf, dtype=dt, device=device(v))
+    s_up = xp.where(xp.where(ypos, alpha < C, alpha > 0), v, ninf)
+    s_low = xp.where(xp.where(ypos, alpha > 0, alpha < C), -v, ninf)
+    top = dispatch("svm.top_k", xp)
+    cu, cl = top(s_up, h, xp=xp), top(s_low, h, xp=xp)
+    parts = [
+        xp.take(s_up, cu),
+        xp.take(s_low, cl),
+        xp.astype(cu, dt),
+        xp.astype(cl, dt),
+    ]
+    if B_prev is not None:
+        aB, CB = xp.take(alpha, B_prev), xp.take(C, B_prev)
+        parts.append(xp.astype((aB > 0) & (aB < CB), dt))
+    dual = xp.sum(alpha * (1.0 + y * v)) / 2.0  # Σα − ½αᵀQα, Qα = 1 − y∘v
+    packed = to_numpy(xp.concat(parts + [xp.reshape(dual, (1,))]))
+    ku, kl = int(cu.shape[0]), int(cl.shape[0])
+    sc_up, sc_low = packed[:ku], packed[ku : ku + kl]
+    idx = packed[ku + kl : 2 * (ku + kl)].astype(np.int64)
+    cand_up = idx[:ku][np.isfinite(sc_up)]
+    cand_low = idx[ku:][np.isfinite(sc_low)]
+    free_prev = packed[2 * (ku + kl) : -1] > 0
+    top_up = sc_up[0] if ku else -math.inf
+    top_low = sc_low[0] if kl else -math.inf
+    return cand_up, cand_low, free_prev, float(top_up + top_low), float(packed[-1])
 
 
-def smo_solve(
-    rows,
-    y,
-    C,
-    *,
-    xp,
-    tol=1e-3,
-    max_iter=-1,
-    inner_ratio=0.1,
-    inner_steps=None,
-    verbose=False,
-    label="",
-):
+def _working_set(pr, cand_up, cand_low, free_prev, *, q_max):
+    """Host: the previous set's free variables (up to q/2) and the candidates;
+    the working-set size doubles while the subproblems are busy."""
+    if pr.B_host is not None and free_prev.shape[0]:
+        kept = pr.B_host[free_prev]
+        if pr.busy or kept.shape[0] >= pr.q // 4:
+            pr.q = min(2 * pr.q, q_max)
+        pr.kept = kept[: min(pr.q // 2, pr.q - 2)]  # room for a violating pair
+    h = max(1, (pr.q - pr.kept.shape[0]) // 2)  # candidates come best first
+    return np.unique(np.concatenate([pr.kept, cand_up[:h], cand_low[:h]]))
+
+
+def _solve_block(prob, rows, B, limits, *, xp):
+    """Steps 2 and 3: the subproblem on ``B`` (sorted host ints) and the
+    gradient update. ``limits`` is ``(inner tolerance, most steps)``.
+    Returns ``(B on the device, steps)``."""
+    tol_in, max_steps = limits
+    slots = rows.fetch(B)
+    both = xp.asarray(np.stack([B, slots]), device=device(prob.v))  # one upload
+    Bd, sl = both[0, :], both[1, :]
+    Kbb = rows.block(Bd)
+    yB, aB, CB, vB = (xp.take(z, Bd) for z in (prob.y, prob.alpha, prob.C, prob.v))
+    aB_new, _, steps = solve_subproblem(
+        Kbb, yB, aB, CB, vB, xp=xp, tol=tol_in, max_steps=max_steps
+    )
+    if steps:
+        prob.v = prob.v - rows.product(sl, yB * (aB_new - aB))
+        prob.alpha = dispatch("svm.scatter", xp)(prob.alpha, Bd, aB_new, xp=xp)
+    return Bd, steps
+
+
+def _shrink(prob, full, rows, *, xp):
+    """Remove bounded variables that cannot join a violating pair (LIBSVM's
+    ``be_shrunk``): only in ``I_up`` with ``v < M``, or only in ``I_low`` with
+    ``v > m``. Returns whether the active set was compacted."""
+    y, C, alpha, v = prob.y, prob.C, prob.alpha, prob.v
+    ypos = y > 0
+    up = xp.where(ypos, alpha < C, alpha > 0)
+    low = xp.where(ypos, alpha > 0, alpha < C)
+    m = xp.max(xp.where(up, v, -math.inf))
+    M = xp.min(xp.where(low, v, math.inf))
+    gone = (up & ~low & (v < M)) | (low & ~up & (v > m))
+    gone_h = to_numpy(gone)
+    n_act = gone_h.shape[0]
+    if gone_h.sum() < max(_SHRINK_MIN * n_act, 1):
+        return False
+    active = np.arange(n_act) if prob.active is None else prob.active
+    full.alpha[active] = to_numpy(alpha)
+    keep = np.flatnonzero(~gone_h)
+    keep_d = xp.asarray(keep, device=device(v))
+    prob.y, prob.C, prob.alpha, prob.v = (xp.take(z, keep_d) for z in (y, C, alpha, v))
+    prob.active = active[keep]
+    rows.restrict(keep, prob.active)
+    return True
+
+
+def _unshrink(prob, full, rows, *, xp):
+    """Reconstruct ``v`` of the removed variables, ``v_i = y_i − Σ_j K_ij y_j α_j``
+    (LIBSVM's reconstruct_gradient), and make every variable active again."""
+    act = prob.active
+    full.alpha[act] = to_numpy(prob.alpha)
+    v = np.empty_like(full.alpha)
+    v[act] = to_numpy(prob.v)
+    gone = np.setdiff1d(np.arange(v.shape[0]), act)
+    sv = np.flatnonzero(full.alpha > 0)
+    coef = xp.asarray(
+        full.alpha[sv] * full.y[sv], dtype=prob.v.dtype, device=device(prob.v)
+    )
+    rows.reset()
+    v[gone] = full.y[gone] - to_numpy(rows.cross(gone, sv, coef))
+    dev = device(prob.v)
+    prob.alpha = xp.asarray(full.alpha, dtype=prob.v.dtype, device=dev)
+    prob.v = xp.asarray(v, dtype=prob.v.dtype, device=dev)
+    prob.y, prob.C, prob.active = full.y_dev, full.C_dev, None
+
+
+def _stalled(pr, value):
+    """A tolerance below the floating-point floor of the problem: true after
+    ``_STALL`` working sets that did not raise ``value`` (the dual objective)."""
+    if value > pr.best + 1e-14 * max(1.0, abs(value)):
+        pr.best, pr.stalled = value, 0
+    else:
+        pr.stalled += 1
+    return pr.stalled >= _STALL
+
+
+def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
     """Solve the binary SVM dual with batched working sets.
 
     Parameters
     ----------
     rows : KernelRows or PrecomputedRows
-        Supplies kernel rows and decides the working-set size ``rows.q``.
+        Supplies kernel rows and the largest working-set size ``rows.q``.
     y : array (n,)
         Labels as ±1 floats.
     C : array (n,)
         Per-sample upper bounds (``C · class_weight · sample_weight``).
-    tol : float
-        Stop when the maximal KKT violation ``m − M`` is below ``tol``.
-    max_iter : int
-        Most SMO steps in total (``-1``: no limit).
-    inner_ratio : float
-        A subproblem is solved until its own violation is below
-        ``max(tol, inner_ratio · global violation)``.
-    inner_steps : int, optional
-        Most SMO steps per subproblem (default ``10 q``).
-    verbose : bool or int
-        Print progress every 20 (or ``verbose``) working sets.
+    options : SMOOptions, optional
+        Tolerance, limits, shrinking...; keyword arguments build one instead.
 
     Returns
     -------
     SMOResult
-
-    Notes
-    -----
-    The working set keeps the free variables (``0 < α < C``) of the previous
-    one, up to ``q/2`` of them, and fills up with the largest violators of each
-    side; keeping them stops the zig-zag of a purely greedy choice.
     """
-    n = int(y.shape[0])
-    dev = _device(y)
-    dt = y.dtype
-    q = rows.q
-    fast = _is_numpy(xp)
-    inner_steps = inner_steps or max(10 * q, 100)
-    every = 20 if verbose is True else max(1, int(verbose or 1))
-    ypos = y > 0
-    alpha = xp.zeros((n,), dtype=dt, device=dev)
-    v = xp.asarray(y, copy=True)  # ∇f = Qα − 1 = −1 at α = 0, so v = −y∘∇f = y
-    ninf = xp.asarray(-math.inf, dtype=dt, device=dev)
-    n_iter = n_outer = 0
-    limit = math.inf if max_iter is None or max_iter < 0 else int(max_iter)
-    converged = False
-    gap = math.inf
-    kept = np.zeros(0, dtype=np.int64)
-    best, stalled = -math.inf, 0
+    opt = options or SMOOptions(**kwargs)
+    n, dev = int(y.shape[0]), device(y)
+    zeros = xp.zeros((n,), dtype=y.dtype, device=dev)
+    # ∇f = Qα − 1 = −1 at α = 0, so v = −y∘∇f = y
+    prob = _Problem(y, C, zeros, xp.asarray(y, copy=True))
+    full = _Full(to_numpy(y), to_numpy(C), np.zeros(n), y, C)
+    q0 = min(rows.q, _Q_START) if opt.adaptive_q else rows.q
+    pr = _Progress(q=q0, kept=np.zeros(0, dtype=np.int64))
+    limit = math.inf if opt.max_iter is None or opt.max_iter < 0 else int(opt.max_iter)
     t0 = time.perf_counter()
     while True:
-        up = xp.where(ypos, alpha < C, alpha > 0)
-        low = xp.where(ypos, alpha > 0, alpha < C)
-        s_up = xp.where(up, v, ninf)
-        s_low = xp.where(low, -v, ninf)
-        h = max(1, (q - kept.shape[0]) // 2)
-        cand_up = _top(s_up, h, xp=xp)
-        cand_low = _top(s_low, h, xp=xp)
-        # O(q) numbers to the host: the candidates and their scores (gap = the first)
-        if fast:
-            sc_up, sc_low = s_up[cand_up], s_low[cand_low]
-        else:
-            sc_up = to_numpy(xp.take(s_up, cand_up))
-            sc_low = to_numpy(xp.take(s_low, cand_low))
-            cand_up, cand_low = to_numpy(cand_up), to_numpy(cand_low)
-        m = float(sc_up[0]) if sc_up.shape[0] else -math.inf
-        negM = float(sc_low[0]) if sc_low.shape[0] else -math.inf
-        gap = m + negM
-        if verbose and n_outer % every == 0:
-            print(
-                f"[SMO{label}] set {n_outer:5d}  steps {n_iter:7d}  violation {gap:.3e}  "
-                f"rows computed {rows.computed_rows}  hits {rows.hits}  "
-                f"{time.perf_counter() - t0:.2f}s",
-                flush=True,
-            )
-        if gap < tol or not math.isfinite(gap):
-            converged = True
+        h = max(1, (pr.q - pr.kept.shape[0]) // 2)
+        cu, cl, free_prev, pr.gap, dual = _propose(prob, h, pr.B_dev, xp=xp)
+        _report(opt, pr, rows, t0)
+        done = pr.gap < opt.tol or not math.isfinite(pr.gap)
+        if prob.active is not None and (done or pr.gap < 10 * opt.tol):
+            _unshrink(prob, full, rows, xp=xp)
+            pr.unshrunk, pr.B_dev, pr.B_host = True, None, None
+            pr.kept, pr.best = pr.kept[:0], -math.inf  # a new dual to watch
+            continue
+        if done:
+            pr.converged = True
             break
-        if n_iter >= limit:
+        # with variables shrunk, Σα − ½αᵀQα of the active part is not the
+        # objective being minimised: watch the violation instead
+        progress = dual if prob.active is None else -pr.gap
+        if pr.n_iter >= limit or _stalled(pr, progress):
             break
-        # a tolerance below the floating-point floor of this problem: stop
-        # after _STALL working sets that did not raise the dual objective
-        dual = float(xp.sum(alpha * (1.0 + y * v))) / 2.0  # Σα − ½αᵀQα, Qα = 1 − y∘v
-        best, stalled = (
-            (dual, 0)
-            if dual > best + 1e-14 * max(1.0, abs(dual))
-            else (best, stalled + 1)
+        B = _working_set(pr, cu, cl, free_prev, q_max=rows.q)
+        inner = opt.inner_steps or max(10 * pr.q, 100)
+        limits = (
+            max(opt.tol, opt.inner_ratio * pr.gap),
+            max(1, int(min(inner, limit - pr.n_iter))),
         )
-        if stalled >= _STALL:
-            break
-        B = np.unique(
-            np.concatenate(
-                [kept, cand_up[np.isfinite(sc_up)], cand_low[np.isfinite(sc_low)]]
-            )
-        )
-        slots = rows.fetch(B)
-        Kbb = rows.block(slots, B)
-        if fast:
-            yB, aB, CB, vB = y[B], alpha[B], C[B], v[B]
-        else:
-            Bd = xp.asarray(B, device=dev)
-            yB, aB, CB, vB = (xp.take(z, Bd) for z in (y, alpha, C, v))
-        steps_left = min(inner_steps, limit - n_iter)
-        aB_new, _, steps = solve_subproblem(
-            Kbb,
-            yB,
-            aB,
-            CB,
-            vB,
-            xp=xp,
-            tol=max(tol, inner_ratio * gap),
-            max_steps=max(1, int(steps_left)),
-        )
-        n_iter += steps
-        n_outer += 1
+        pr.B_dev, steps = _solve_block(prob, rows, B, limits, xp=xp)
+        pr.B_host, pr.busy = B, steps >= pr.q // 2
+        pr.n_iter += steps
+        pr.n_outer += 1
         if steps == 0:
             # the maximal violating pair is in B, so no step means α can no longer
-            # change in floating point: accept within 10·tol, otherwise report
-            # non-convergence (SVC then warns)
-            converged = gap < 10 * tol
+            # change in floating point: accept within 10·tol, else report
+            pr.converged = pr.gap < 10 * opt.tol
             break
-        d = yB * (aB_new - aB)
-        moved = to_numpy(d != 0)
-        if fast:
-            v -= rows.product(slots[moved], d[moved])
-            alpha[B] = aB_new
-            free = (aB_new > 0) & (aB_new < CB)
-        else:
-            v = v - rows.product(slots[moved], d[xp.asarray(moved, device=dev)])
-            mask = np.zeros(n, dtype=bool)
-            mask[B] = True
-            alpha[xp.asarray(mask, device=dev)] = aB_new  # B is sorted: mask order
-            free = to_numpy((aB_new > 0) & (aB_new < CB))
-        kept = B[free][: min(q // 2, q - 2)]  # room for a violating pair
+        if opt.shrinking and not pr.unshrunk and pr.n_outer % _SHRINK_EVERY == 0:
+            if _shrink(prob, full, rows, xp=xp):
+                pr.n_shrink += 1
+                pr.B_dev, pr.B_host, pr.kept = None, None, pr.kept[:0]
+                pr.best = -math.inf  # the active set's dual is another number
+    if prob.active is not None:
+        _unshrink(prob, full, rows, xp=xp)
+    return _result(prob, rows, pr, xp=xp)
+
+
+def _report(opt, pr, rows, t0):
+    every = 20 if opt.verbose is True else max(1, int(opt.verbose or 1))
+    if opt.verbose and pr.n_outer % every == 0:
+        print(
+            f"[SMO{opt.label}] set {pr.n_outer:5d}  steps {pr.n_iter:7d}  "
+            f"violation {pr.gap:.3e}  q {pr.q}  rows computed {rows.computed_rows}  "
+            f"hits {rows.hits}  {time.perf_counter() - t0:.2f}s",
+            flush=True,
+        )
+
+
+def _result(prob, rows, pr, *, xp):
     rows.release()
-    rho = _rho(alpha, v, ypos, C, xp=xp)
-    dual, primal = _objectives(alpha, v, y, C, rho, xp=xp)
+    ypos = prob.y > 0
+    rho = _rho(prob.alpha, prob.v, ypos, prob.C, xp=xp)
+    dual, primal = _objectives(prob.alpha, prob.v, prob.y, prob.C, rho, xp=xp)
     return SMOResult(
-        alpha,
-        v,
+        prob.alpha,
+        prob.v,
         rho,
         dual,
         primal,
-        gap,
-        n_iter,
-        n_outer,
-        converged,
+        pr.gap,
+        pr.n_iter,
+        pr.n_outer,
+        pr.converged,
         rows.peak_bytes,
         rows.computed_rows,
         rows.hits,
+        pr.n_shrink,
     )
 
 

@@ -14,7 +14,7 @@ from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
-from xpml.svm._smo import KernelRows, PrecomputedRows, smo_solve
+from xpml.svm._smo import KernelRows, PrecomputedRows, SMOOptions, smo_solve
 from xpml.utils._array_api import device
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
@@ -98,16 +98,20 @@ class SVC(ClassifierMixin, BaseEstimator):
     coef0 : float, default=0.0
         Independent term of the poly and sigmoid kernels.
     shrinking : bool, default=True
-        Accepted for scikit-learn compatibility and ignored: the batched
-        solver keeps every variable in the selection (no shrinking heuristic).
+        LIBSVM's shrinking heuristic: bounded variables that cannot join a
+        violating pair leave the active set (fewer kernel values computed);
+        their gradient is reconstructed and optimality re-checked on the whole
+        set before the solver stops, so the solution does not depend on it.
     probability : bool, default=False
         Fit Platt scaling on 5-fold internal cross-validation, enabling
         ``predict_proba``.
     tol : float, default=1e-3
         Stop when the maximal KKT violation ``max_{I_up} −y∇f − min_{I_low} −y∇f``
         is below ``tol`` (LIBSVM's criterion).
-    cache_size : float, default=1024
-        Memory budget in MB for kernel rows (cache plus working blocks). The
+    cache_size : float, default=200
+        Kernel cache in MB, as scikit-learn's: the most memory for kernel rows
+        (cache plus working blocks). The cache grows as rows are requested
+        (doubling) up to this cap, so a small problem allocates little; the
         full ``n × n`` matrix is held only when it fits.
     class_weight : dict, "balanced" or None, default=None
         Per-class multipliers of ``C``; "balanced" is ``n / (k · count)``.
@@ -123,7 +127,14 @@ class SVC(ClassifierMixin, BaseEstimator):
     random_state : int, Generator or None, default=None
         Seeds the folds of Platt scaling's cross-validation.
     working_set_size : int or None, default=None
-        Variables per working set ``q`` (default 1024, fewer under a small budget).
+        Variables per working set ``q``. Default: start at 64 and double, up
+        to 1024 (fewer under a small budget), while the subproblems are busy.
+    cache_dtype : {"float64", "float32"}, default="float64"
+        Storage of cached kernel rows. "float32" (as LIBSVM's Qfloat) halves
+        the cache's memory, so twice the rows fit; the rows' values carry
+        about 1e-7 relative error into the gradient, which perturbs the
+        solution at that level (well below the default ``tol``). "float64"
+        keeps the solution exactly as without a cache.
 
     Attributes
     ----------
@@ -202,6 +213,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         "break_ties": ["boolean"],
         "random_state": ["random_state"],
         "working_set_size": [None, Interval(Integral, 2, None, closed="left")],
+        "cache_dtype": [Options("float64", "float32")],
     }
     _xpml_tags = {
         "test_params": {"tol": 1e-8},
@@ -225,7 +237,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         shrinking=True,
         probability=False,
         tol=1e-3,
-        cache_size=1024,
+        cache_size=200,
         class_weight=None,
         verbose=False,
         max_iter=-1,
@@ -233,6 +245,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         break_ties=False,
         random_state=None,
         working_set_size=None,
+        cache_dtype="float64",
     ):
         self.C = C
         self.kernel = kernel
@@ -250,6 +263,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.break_ties = break_ties
         self.random_state = random_state
         self.working_set_size = working_set_size
+        self.cache_dtype = cache_dtype
 
     # ------------------------------------------------------------- helpers
     def _kernel_spec(self, X, xp):
@@ -313,19 +327,25 @@ class SVC(ClassifierMixin, BaseEstimator):
             rows = PrecomputedRows(Ksub, xp=xp, q=q)
         else:
             Xs = xp.take(X, idx_d, axis=0)
-            rows = KernelRows(Xs, *kspec, xp=xp, memory_budget=self._budget(), q=q)
-        y = xp.asarray(ypm, dtype=X.dtype, device=dev)
-        C = xp.asarray(Cvec, dtype=X.dtype, device=dev)
-        res = smo_solve(
-            rows,
-            y,
-            C,
-            xp=xp,
+            cache_dtype = xp.float32 if self.cache_dtype == "float32" else None
+            rows = KernelRows(
+                Xs,
+                *kspec,
+                xp=xp,
+                memory_budget=self._budget(),
+                q=q,
+                cache_dtype=cache_dtype,
+            )
+        yC = xp.asarray(np.stack([ypm, Cvec]), dtype=X.dtype, device=dev)
+        options = SMOOptions(
             tol=float(self.tol),
             max_iter=self.max_iter,
+            shrinking=bool(self.shrinking),
+            adaptive_q=self.working_set_size is None,
             verbose=self.verbose,
             label=label,
         )
+        res = smo_solve(rows, yC[0, :], yC[1, :], xp=xp, options=options)
         if not (math.isfinite(res.rho) and math.isfinite(res.dual)):
             raise ValueError(
                 "SVC cannot be fitted: the kernel values are not finite (they "
