@@ -384,14 +384,15 @@ class AROW(_OnlineBinary):
                 Sigma = Sigma - beta * (v[:, None] * v[None, :])
                 Sigma = 0.5 * (Sigma + Sigma.T)
                 lam, V = xp.linalg.eigh(Sigma)
-                # only an update can push an eigenvalue down; eigenvalues already on the
-                # floor (up to rounding) do not fire again
-                fired = (m < 1) & (xp.min(lam) < floor * (1.0 - 1e-6))
+                # the lecture's count: every update after which the smallest
+                # eigenvalue is below the floor (a re-clamp of a direction already
+                # on the floor counts too; no tolerance, which undercounted it)
+                fired = (m < 1) & (xp.min(lam) < floor)
                 clamped = (V * xp.clip(lam, min=floor)[None, :]) @ V.T
                 Sigma = xp.where(fired, 0.5 * (clamped + clamped.T), Sigma)
             else:
                 Sigma = Sigma - beta * v * v
-                fired = (m < 1) & (xp.min(Sigma) < floor * (1.0 - 1e-6))
+                fired = (m < 1) & (xp.min(Sigma) < floor)
                 Sigma = xp.clip(Sigma, min=floor)
             clamps = clamps + xp.astype(fired, X.dtype)
         state = {
