@@ -97,6 +97,16 @@ def test_uploads_of_host_data(t):
     assert set(c.by_kind) <= set(UPLOAD_KINDS)
 
 
+def test_host_indices_and_values_are_uploads(t):
+    with count_syncs() as c:
+        t[np.array([0, 2])]  # the index array travels
+        t[[1, 3]]
+        t[1:3]  # a slice: nothing travels
+        t.clone().__setitem__(np.array([0, 1]), 5.0)  # the index travels
+        t.clone().__setitem__(0, 1.0)  # a Python scalar is a kernel argument
+    assert c.by_kind["upload_host"] == 3 and c.syncs == 0, c.summary()
+
+
 def test_ops_count_calls_not_metadata(t):
     with count_syncs() as c:
         u = t + 1.0  # add

@@ -30,6 +30,8 @@ import os
 import sys
 from collections.abc import Iterator
 
+import numpy as np
+
 __all__ = ["SyncCount", "count_syncs", "SYNC_KINDS", "UPLOAD_KINDS"]
 
 #: kinds of host synchronisation, as named in :attr:`SyncCount.by_kind`
@@ -55,7 +57,7 @@ SYNC_KINDS = (
 )
 #: kinds of host-to-device upload, as named in :attr:`SyncCount.by_kind`
 UPLOAD_KINDS = (
-    "upload_host",  # asarray / tensor / as_tensor / from_numpy / from_dlpack of host data
+    "upload_host",  # a tensor made from host data, a host index array in t[i]
     "upload_fitted",  # a stored (fitted) array moved in by ``Context.take``
     "upload_device",  # a CPU tensor moved to an accelerator
 )
@@ -225,9 +227,16 @@ def _is_host_data(obj, torch) -> bool:
     return not isinstance(obj, torch.Tensor)
 
 
-def _has_bool_mask(index, torch) -> bool:
+def _index_kind(args, torch):
+    """``t[index]`` / ``t[index] = value``: a boolean tensor mask gives an
+    output sized by the data (a sync); host index arrays and lists travel to
+    the device (an upload; torch takes no host arrays as values)."""
+    index = args[1]
     items = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
+    if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items):
+        return "mask_index"
+    host = any(isinstance(i, (list, np.ndarray)) for i in items)
+    return "upload_host" if host else None
 
 
 def _target_device(args, kwargs, torch):
@@ -273,7 +282,7 @@ class _Classifier:
                 return "upload_host"
             return _transfer_kind(data.device, _device_kw(kwargs, torch))
         if func in self.getset:
-            return "mask_index" if _has_bool_mask(args[1], torch) else None
+            return _index_kind(args, torch)
         if func is torch.where and len(args) + len(kwargs) == 1:
             return "nonzero"
         if func in (torch.repeat_interleave, torch.Tensor.repeat_interleave):
@@ -426,8 +435,9 @@ def count_syncs(*, sites: bool = False) -> Iterator[SyncCount]:
       not), and device-to-CPU moves;
     * **uploads**: tensors made from host data (``asarray``, ``tensor``,
       ``as_tensor``, ``from_numpy``, ``from_dlpack`` of a non-tensor, Python
-      scalars and lists included), stored (fitted) arrays moved in through
-      ``Context.take`` (kind ``"upload_fitted"``), CPU-to-accelerator moves;
+      scalars and lists included), host index arrays or lists in ``t[i]``,
+      stored (fitted) arrays moved in through ``Context.take`` (kind
+      ``"upload_fitted"``), CPU-to-accelerator moves;
     * **ops**: every torch function or tensor method call (syncs and uploads
       included; reads of ``shape``, ``dtype``, ``device`` and the like not).
 
