@@ -14,21 +14,24 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from array_api_compat import device as _device
 
-from xpml._backend import enter
+from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.exceptions import ConvergenceWarning
 from xpml.linear_model._base import center_data
+from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_array, check_targets
 
 __all__ = ["Lasso", "lasso_path"]
 
 
-def _soft_threshold(z, t, /, *, xp):
-    """``sign(z) · max(|z| − t, 0)``."""
-    return xp.sign(z) * xp.clip(xp.abs(z) - t, min=0.0)
+def _soft_threshold(z, t, /, *, xp, zero):
+    """``sign(z) · max(|z| − t, 0) = max(z − t, 0) + min(z + t, 0)``, on the
+    device: ``maximum``/``minimum`` against a zero array (array-api-compat's
+    ``sign`` and ``clip`` with Python bounds do masked writes on PyTorch, one
+    host sync each)."""
+    return xp.maximum(z - t, zero) + xp.minimum(z + t, zero)
 
 
 def _duality_gap(X, y, w, R, l1, /, *, xp):
@@ -56,7 +59,7 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
     # columns as contiguous rows (one copy): each coordinate step then reads one
     # contiguous vector instead of a strided column of X
     Xt = xp.reshape(xp.reshape(X.T, (-1,)), (d, n))
-    norms = [float(v) for v in (xp.sum(Xt * Xt, axis=1) if d else [])]  # one sync
+    norms = to_numpy(xp.sum(Xt * Xt, axis=1)).tolist() if d else []  # one sync
     inv = [1.0 / v if v > 0 else 0.0 for v in norms]
     coords = [w[j] for j in range(d)]
     R = y - X @ w
@@ -70,13 +73,13 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
                 continue
             xj, wj = Xt[j, :], coords[j]
             rho = xj @ R + norms[j] * wj
-            new = _soft_threshold(rho, l1, xp=xp) * inv[j]
+            new = _soft_threshold(rho, l1, xp=xp, zero=zero) * inv[j]
             delta = new - wj
             R = R - delta * xj
             coords[j] = new
             dw_max = xp.maximum(dw_max, xp.abs(delta))
             w_max = xp.maximum(w_max, xp.abs(new))
-        dw, wm = float(dw_max), float(w_max)  # one sync per sweep
+        dw, wm = to_numpy(xp.stack([dw_max, w_max])).tolist()  # one sync per sweep
         if wm == 0.0 or dw / wm <= tol or n_iter == max_iter:
             w = xp.stack(coords) if d else w
             gap = float(_duality_gap(X, y, w, R, l1, xp=xp))
