@@ -29,6 +29,19 @@ hinge loss, which has only a dual) when the spread ``max PG − min PG`` of the
 projected gradient of the dual is at most ``tol``. For the squared hinge the
 dual optimum is ``αᵢ = 2Cᵢ max(0, 1 − yᵢ w·xᵢ)``, so ``dual=True`` runs the same
 Newton solver and only tests the dual's criterion.
+
+After each proximal step the hinge solver tries an exact step on the face the
+iterate has found (zero / free / at ``C``): a least-squares system over the
+free samples (at most ``2p`` of them). Once the partition is right it lands on
+the optimum (projected-gradient spread ~1e-12).
+
+Cost (measured on a shared 2-core CPU, one BLAS thread both sides, best of
+3, ``C=1``, ``tol=1e-4``, n = 20 000): the squared hinge runs at 0.6-0.7× the
+time of LIBLINEAR's primal Newton solver (d = 50 and 500); the hinge is about
+6.6× slower than LIBLINEAR's coordinate descent at d = 50 (which stopped at
+``max_iter=1000`` epochs unconverged there): the proximal steps at small ``μ``
+need ~150 Newton steps of ~8 conjugate-gradient products each. Each Newton
+step costs one host read, plus one per ``_CG_CHECK`` CG steps.
 """
 
 from __future__ import annotations
@@ -344,8 +357,12 @@ def _solve_hinge(loss, tol, max_iter, /, *, xp):
     floor = 100.0 * eps(loss.Z.dtype, xp)
     gtol = max(0.1 * tol / max(xmax, floor), floor)
 
+    # inexact proximal steps: each inner solve only as accurate as the outer
+    # iterate deserves (a tenth of the last spread), never beyond gtol
+    inner = {"gtol": max(0.1 / max(xmax, floor), gtol)}
+
     def stop(W, G, alpha, gnorm0):
-        return xp.sqrt(_rowdot(G, G, xp=xp)) <= gtol
+        return xp.sqrt(_rowdot(G, G, xp=xp)) <= inner["gtol"]
 
     prox = dataclasses.replace(loss, kind="prox_hinge", a=zero_D, mu=_MU0)
     total, converged = 0, False
@@ -355,9 +372,11 @@ def _solve_hinge(loss, tol, max_iter, /, *, xp):
         Wd = (alpha * loss.Y).T @ loss.Z
         spread = _dual_pg_spread(loss, Wd, alpha, loss.C, zero_D, xp=xp)
         alpha, Wd, spread = _polish(loss, alpha, Wd, spread, xp=xp)
-        if float(xp.max(spread)) <= tol:  # one host read per proximal step
+        worst = float(xp.max(spread))  # one host read per proximal step
+        if worst <= tol:
             converged = True
             break
+        inner["gtol"] = max(min(inner["gtol"], 0.1 * worst / max(xmax, floor)), gtol)
         mu = max(prox.mu * _MU_SHRINK, _MU_MIN)
         prox = dataclasses.replace(prox, a=alpha, mu=mu)
         W = Wd
