@@ -124,9 +124,9 @@ def _example_write_rows():
 
 @portable("svm.write_rows")
 def _write_rows(buf, slots, block, /, *, xp):
-    """``buf[slots] = block`` for host ``slots``, through slices (runs of
-    consecutive slots are written together); returns ``buf``."""
-    slots = np.asarray(slots)
+    """``buf[slots] = block`` through slices (runs of consecutive slots are
+    written together); returns ``buf``."""
+    slots = to_numpy(slots)
     breaks = np.flatnonzero(np.diff(slots) != 1) + 1
     for run in np.split(np.arange(slots.shape[0]), breaks):
         s, r = int(slots[run[0]]), int(run[0])
@@ -137,7 +137,7 @@ def _write_rows(buf, slots, block, /, *, xp):
 @fast_path("svm.write_rows", "numpy", "torch", "cupy", example=_example_write_rows)
 def _write_rows_indexed(buf, slots, block, /, *, xp):
     """One indexed assignment."""
-    buf[xp.asarray(slots, device=device(buf))] = block
+    buf[slots] = block
     return buf
 
 
@@ -452,8 +452,10 @@ class KernelRows:
         return slots
 
     def _compute(self, rows, slots):
+        """Kernel rows ``rows`` into ``slots`` (host ints): one upload of both."""
         xp = self.xp
-        Xb = xp.take(self.X, xp.asarray(rows, device=device(self.X)), axis=0)
+        both = xp.asarray(np.stack([rows, slots]), device=device(self.X))
+        Xb = xp.take(self.X, both[0, :], axis=0)
         budget = (
             None if isinstance(self.kernel, str) else 3 * len(rows) * self.row_bytes
         )
@@ -462,7 +464,7 @@ class KernelRows:
         )
         self._note(3 * len(rows))
         block = xp.astype(block, self.dtype, copy=False)
-        self.buf = dispatch("svm.write_rows", xp)(self.buf, slots, block, xp=xp)
+        self.buf = dispatch("svm.write_rows", xp)(self.buf, both[1, :], block, xp=xp)
 
     def block(self, Bd):
         """``K[B, B]`` (``Bd`` on the device), computed afresh by the Gram
@@ -534,9 +536,8 @@ class KernelRows:
                 keep_d,
                 axis=1,
             )
-            self.buf = dispatch("svm.write_rows", xp)(
-                self.buf, np.arange(c, c + part.shape[0]), part, xp=xp
-            )
+            dest = xp.arange(c, c + part.shape[0], device=device(buf))
+            self.buf = dispatch("svm.write_rows", xp)(self.buf, dest, part, xp=xp)
         self.used = len(rows)
         self.slot_of[rows] = np.arange(len(rows))
         self.row_of[: len(rows)] = rows
@@ -672,6 +673,7 @@ class _Problem:
     C: object
     alpha: object
     v: object
+    ninf: object  # −inf as a 0-d array of the problem's dtype and device
     active: np.ndarray | None = None
 
 
@@ -712,9 +714,8 @@ def _propose(prob, h, B_prev, *, xp):
     with score −inf is not in its index set.
     """
     y, C, alpha, v = prob.y, prob.C, prob.alpha, prob.v
-    dt = v.dtype
+    dt, ninf = v.dtype, prob.ninf
     ypos = y > 0
-    ninf = xp.asarray(-math.inf, dtype=dt, device=device(v))
     s_up = xp.where(xp.where(ypos, alpha < C, alpha > 0), v, ninf)
     s_low = xp.where(xp.where(ypos, alpha > 0, alpha < C), -v, ninf)
     top = dispatch("svm.top_k", xp)
@@ -780,8 +781,8 @@ def _shrink(prob, full, rows, *, xp):
     ypos = y > 0
     up = xp.where(ypos, alpha < C, alpha > 0)
     low = xp.where(ypos, alpha > 0, alpha < C)
-    m = xp.max(xp.where(up, v, -math.inf))
-    M = xp.min(xp.where(low, v, math.inf))
+    m = xp.max(xp.where(up, v, prob.ninf))
+    M = xp.min(xp.where(low, v, -prob.ninf))
     gone = (up & ~low & (v < M)) | (low & ~up & (v > m))
     gone_h = to_numpy(gone)
     n_act = gone_h.shape[0]
@@ -849,7 +850,8 @@ def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
     n, dev = int(y.shape[0]), device(y)
     zeros = xp.zeros((n,), dtype=y.dtype, device=dev)
     # ∇f = Qα − 1 = −1 at α = 0, so v = −y∘∇f = y
-    prob = _Problem(y, C, zeros, xp.asarray(y, copy=True))
+    ninf = xp.full((), -math.inf, dtype=y.dtype, device=dev)
+    prob = _Problem(y, C, zeros, xp.asarray(y, copy=True), ninf)
     full = _Full(to_numpy(y), to_numpy(C), np.zeros(n), y, C)
     q0 = min(rows.q, _Q_START) if opt.adaptive_q else rows.q
     pr = _Progress(q=q0, kept=np.zeros(0, dtype=np.int64))

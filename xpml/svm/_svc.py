@@ -31,6 +31,10 @@ class _available_if:
     """A method that exists only when ``check(self)`` is true (``hasattr`` is
     False otherwise), like scikit-learn's ``available_if``."""
 
+    # already final: the dask router (xpml._dask.route) must not replace the
+    # descriptor with a plain method, or ``hasattr`` would always be True
+    _xpml_dask = True
+
     def __init__(self, check):
         self.check = check
 
@@ -41,7 +45,7 @@ class _available_if:
 
     def __get__(self, obj, owner=None):
         if obj is None:
-            return self.fn
+            return self
         if not self.check(obj):
             raise AttributeError(
                 f"{self.fn.__name__} is not available when probability=False; "
