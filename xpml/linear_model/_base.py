@@ -13,7 +13,14 @@ import numpy as np
 
 from xpml.exceptions import LinAlgError
 from xpml.utils._array_api import device as _device
-from xpml.utils._array_api import eps, finfo, is_numpy_namespace
+from xpml.utils._array_api import (
+    dispatch,
+    eps,
+    fast_path,
+    finfo,
+    is_numpy_namespace,
+    portable,
+)
 from xpml.utils._math import (
     log_sigmoid,
     logsumexp,
@@ -28,6 +35,7 @@ __all__ = [
     "check_finite_result",
     "linalg_errors",
     "linalg_error_types",
+    "solve_spd",
     "LinearClassifierMixin",
     "center_data",
     "pinv_solve",
@@ -97,6 +105,50 @@ def linalg_errors(X, /, *, xp, what, owner):
         yield
     except linalg_error_types() as exc:
         raise non_finite_error(X, xp=xp, what=what, owner=owner) from exc
+
+
+def _spd_example():
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((40, 8))
+    return (G.T @ G + np.eye(8), rng.standard_normal((8, 2))), {"xp": None}
+
+
+@portable("linear_model.spd_solve_flagged")
+def _spd_solve_flagged_portable(A, B, /, *, xp):
+    """``(x, ok)`` with ``A x = B`` for 2-D ``B``; ``ok`` is a device scalar
+    (1.0 / 0.0) saying the solve succeeded with a finite result, so the caller
+    reads one number back instead of a library's info check plus a finiteness
+    check."""
+    try:
+        x = xp.linalg.solve(A, B)
+    except linalg_error_types():
+        return xp.zeros_like(B), xp.zeros((), dtype=B.dtype, device=_device(B))
+    return x, xp.astype(xp.all(xp.isfinite(x)), B.dtype)
+
+
+@fast_path("linear_model.spd_solve_flagged", "torch", example=_spd_example)
+def _spd_solve_flagged_torch(A, B, /, *, xp):
+    """``cholesky_ex`` + ``cholesky_solve``: no info check on the host."""
+    import torch
+
+    L, info = torch.linalg.cholesky_ex(A)
+    x = torch.cholesky_solve(B, L)
+    ok = (info == 0) & torch.isfinite(x).all()
+    return torch.where(ok, x, torch.zeros_like(x)), ok.to(B.dtype)
+
+
+def solve_spd(A, b, X, /, *, xp, owner, what="normal equations"):
+    """Solve ``A x = b`` for a symmetric positive (semi-)definite ``A`` with one
+    host sync when it is regular; otherwise the minimum-norm solution through
+    the eigen-decomposition (:func:`psd_lstsq`), and a :func:`non_finite_error`
+    naming ``X``'s overflow if that is not finite either."""
+    B = b if len(b.shape) == 2 else b[:, None]
+    x, ok = dispatch("linear_model.spd_solve_flagged", xp)(A, B, xp=xp)
+    if not bool(ok):  # the one sync
+        with linalg_errors(X, xp=xp, what=what, owner=owner):
+            x = psd_lstsq(A, B, xp=xp)
+        check_finite_result(x, X, xp=xp, what=what, owner=owner)
+    return x if len(b.shape) == 2 else x[:, 0]
 
 
 def block_rows(X, /, *, xp):

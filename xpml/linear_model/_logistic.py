@@ -30,7 +30,7 @@ from xpml.linear_model._base import (
     psd_lstsq,
     sigmoid,
     softmax,
-    spd_solve,
+    solve_spd,
 )
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
@@ -327,7 +327,10 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             if not lam and _separated(Z, codes, sw, xp=xp, binary=binary):
                 break
             if binary:
-                e = -spd_solve(H, xp.concat([gb, gW[:, 0]]) if fi else gW[:, 0], xp=xp)
+                g = xp.concat([gb, gW[:, 0]]) if fi else gW[:, 0]
+                e = -solve_spd(
+                    H, g, X, xp=xp, owner="LogisticRegression", what="Hessian"
+                )
                 eW, eb = (e[1:, None], e[:1]) if fi else (e[:, None], xp.zeros_like(b))
             else:
                 eW, eb = self._newton_step_multi(Xa, sw, P, gW, gb, lam, xp=xp)

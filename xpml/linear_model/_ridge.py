@@ -10,7 +10,7 @@ from xpml.linear_model._base import (
     center_data,
     check_finite_result,
     linalg_errors,
-    spd_solve,
+    solve_spd,
 )
 from xpml.utils._array_api import device as _device
 from xpml.utils._array_api import eps
@@ -30,7 +30,7 @@ def _solve_primal(Xs, ys, alpha, /, *, xp):
     G = Xs.T @ Xs
     if alpha:
         G = G + alpha * _eye(Xs.shape[1], Xs, xp)
-    return spd_solve(G, Xs.T @ ys, xp=xp)
+    return solve_spd(G, Xs.T @ ys, Xs, xp=xp, owner="Ridge")
 
 
 def _weighted_means(X, y, sw, /, *, xp, fit_intercept):
@@ -71,7 +71,7 @@ def _solve_dual(Xs, ys, alpha, /, *, xp):
     K = Xs @ Xs.T
     if alpha:
         K = K + alpha * _eye(Xs.shape[0], Xs, xp)
-    return Xs.T @ spd_solve(K, ys, xp=xp)
+    return Xs.T @ solve_spd(K, ys, Xs, xp=xp, owner="Ridge", what="dual system")
 
 
 def _solve_svd(Xs, ys, alpha, /, *, xp):
@@ -162,7 +162,8 @@ class Ridge(RegressorMixin, BaseEstimator):
         owner = type(self).__name__
         with linalg_errors(X, xp=xp, what="solve", owner=owner):
             coef, x_off, y_off = self._solve(X, y, sw, solver, alpha, xp=xp, w=weighted)
-        check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
+        if solver == "svd":  # the other solvers checked their solve already
+            check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef
         self.solver_ = solver
@@ -180,7 +181,7 @@ class Ridge(RegressorMixin, BaseEstimator):
             )
             if alpha:
                 G = G + alpha * _eye(d, X, xp)
-            coef = spd_solve(G, c, xp=xp)
+            coef = solve_spd(G, c, X, xp=xp, owner="Ridge")
         else:
             Xs, ys, x_off, y_off, _ = center_data(
                 X, y, sw, xp=xp, fit_intercept=self.fit_intercept, scale=weighted
