@@ -155,7 +155,7 @@ def test_kmeans_one_host_sync_per_lloyd_iteration(init):
 
 
 # ----------------------------------------------------------------- agglomerative
-LINKAGES = ["single", "complete", "average", "centroid"]
+LINKAGES = ["ward", "single", "complete", "average", "centroid"]
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +207,7 @@ def test_cut_into_n_clusters(points, linkage, n_clusters):
         )
 
 
-@pytest.mark.parametrize("linkage", ["single", "complete", "average"])
+@pytest.mark.parametrize("linkage", ["ward", "single", "complete", "average"])
 def test_labels_equal_sklearn(points, linkage):
     from sklearn.cluster import AgglomerativeClustering as SK
 
@@ -217,6 +217,41 @@ def test_labels_equal_sklearn(points, linkage):
         assert ours.n_clusters_ == ref.n_clusters_
         assert _same_partition(ours.labels_, ref.labels_)
         assert np.array_equal(ours.fit_predict(points), ours.labels_)
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+def test_portable_linkage_equals_scipy(linkage):
+    # the array-API algorithm (what torch, CuPy and array-api-strict run) against
+    # SciPy, which the NumPy backend calls; larger than the other tests so that
+    # merged clusters get big (rows re-scanned in bulk, stale rows)
+    from scipy.cluster.hierarchy import linkage as scipy_linkage
+
+    from xpml.cluster._agglomerative import linkage_matrix
+
+    X = np.random.default_rng(1).standard_normal((600, 5))
+    Z = linkage_matrix(X, xp=np, method=linkage)
+    R = scipy_linkage(X, method=linkage)
+    np.testing.assert_allclose(Z[:, 2], R[:, 2], rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(Z[:, [0, 1, 3]], R[:, [0, 1, 3]])
+
+
+def test_default_linkage_is_ward_as_sklearn(points):
+    from sklearn.cluster import AgglomerativeClustering as SK
+
+    assert AgglomerativeClustering().linkage == SK().linkage == "ward"
+    ours, ref = AgglomerativeClustering(4).fit(points), SK(4).fit(points)
+    assert _same_partition(ours.labels_, ref.labels_)
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+def test_agglomerative_one_host_sync_per_merge(points, linkage):
+    pytest.importorskip("torch")
+    import xpml
+    from xpml.testing import count_syncs
+
+    with xpml.backend("torch", output="backend"), count_syncs() as c:
+        AgglomerativeClustering(3, linkage=linkage).fit(points)
+    assert c.syncs <= len(points) - 1 + 2, c.summary()
 
 
 def test_dendrogram_draws_from_linkage_matrix(points):

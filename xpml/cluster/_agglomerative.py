@@ -3,113 +3,220 @@
 Start with every point its own cluster and the full distance matrix (from the
 Gram engine); repeatedly merge the closest pair ``(a, b)`` and replace row ``a``
 by the merged cluster's distances to every other cluster, one vector operation
-by the Lance–Williams formula:
+by the Lance–Williams formula (``n_k`` the size of cluster ``k``):
 
 ==========  ==========================================================
 single      ``d(k, a∪b) = min(d_ka, d_kb)``
 complete    ``d(k, a∪b) = max(d_ka, d_kb)``
 average     ``d(k, a∪b) = (n_a d_ka + n_b d_kb) / (n_a + n_b)``
+ward        ``d²(k, a∪b) = ((n_k+n_a) d²_ka + (n_k+n_b) d²_kb − n_k d²_ab) / (n_k+n_a+n_b)``
 centroid    ``d²(k, a∪b) = (n_a d²_ka + n_b d²_kb)/(n_a+n_b) − n_a n_b d²_ab/(n_a+n_b)²``
 ==========  ==========================================================
 
-Each row's minimum is cached and only rows whose nearest cluster was ``a`` or
-``b`` are re-scanned, so a merge costs O(n) vector work plus those rows; the
-Python loop runs over the ``n − 1`` merges. The merge history is a SciPy-format
-linkage matrix (``scipy.cluster.hierarchy.dendrogram`` draws it). The distance
-matrix is ``n × n``: this is for data sets of up to some ten thousand points.
+Each row's minimum is cached. After a merge only the rows whose nearest
+cluster was ``a`` or ``b`` are re-scanned: a fixed number of them (their
+positions found by a prefix count, not by a data-dependent ``nonzero``), the
+rest (rare) marked stale with a minimum of ``−∞`` so that they surface as the
+next closest pair and are re-scanned then. So a merge costs O(n) vector work
+and reads back one small array (the pair and its height): one host sync per
+merge. The merge history is a SciPy-format linkage matrix
+(``scipy.cluster.hierarchy.dendrogram`` draws it). The distance matrix is
+``n × n``: this is for data sets of up to some ten thousand points.
+
+On NumPy, where SciPy is installed, the linkage is SciPy's compiled
+``scipy.cluster.hierarchy.linkage`` (nearest-neighbour chain for ward,
+complete and average, minimum spanning tree for single), behind the
+``"linkage"`` dispatch with this module's array-API algorithm as its portable
+twin; both give the same linkage matrix (merges in order of height; ties may be
+ordered differently).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
 
-import array_api_compat
 import numpy as np
 
+from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClusterMixin
 from xpml.kernels import sq_distances
+from xpml.utils._array_api import device, fast_path, portable
+from xpml.utils._array_api import dispatch as _dispatch
 from xpml.utils._param_validation import Interval, Options
 
-__all__ = ["AgglomerativeClustering", "linkage_labels"]
+__all__ = ["AgglomerativeClustering", "linkage_labels", "linkage_matrix"]
 
-LINKAGES = ("single", "complete", "average", "centroid")
+LINKAGES = ("ward", "complete", "average", "single", "centroid")
+_SQUARED = ("ward", "centroid")  # the matrix holds squared distances
+_RESCAN_ROWS = 32  # rows re-scanned per merge on the device; more go stale
 
 
-def _lance_williams(linkage, d_a, d_b, d_ab, n_a, n_b, /, *, xp):
-    """Distances of the merged cluster ``a∪b`` to every cluster (vectors over rows);
-    for "centroid" the arguments and result are squared distances."""
+@dataclasses.dataclass
+class _Pair:
+    """The pair being merged: its distance ``h`` and the cluster sizes
+    (``n_k`` a vector over all clusters, for Ward)."""
+
+    h: object
+    n_a: float
+    n_b: float
+    n_k: object
+
+
+def _lance_williams(linkage, d_a, d_b, pair, /, *, xp):
+    """Distances of the merged cluster ``a∪b`` to every cluster (vectors over
+    rows); for "ward" and "centroid" the arguments and result are squared."""
     if linkage == "single":
         return xp.minimum(d_a, d_b)
     if linkage == "complete":
         return xp.maximum(d_a, d_b)
+    n_a, n_b, h = pair.n_a, pair.n_b, pair.h
     n = n_a + n_b
     if linkage == "average":
         return (n_a * d_a + n_b * d_b) / n
-    return (n_a * d_a + n_b * d_b) / n - (n_a * n_b / (n * n)) * d_ab
+    if linkage == "ward":
+        n_k = pair.n_k
+        return ((n_k + n_a) * d_a + (n_k + n_b) * d_b - n_k * h) / (n_k + n)
+    return (n_a * d_a + n_b * d_b) / n - (n_a * n_b / (n * n)) * h
 
 
-def _merge_rows(old, fixed, need, /, *, xp):
-    """``old`` with the entries where ``need`` is set replaced, in order, by
-    ``fixed`` (a gather, since the array API has no fancy-index assignment)."""
-    n = old.shape[0]
-    rank = xp.cumulative_sum(xp.astype(need, xp.int64)) - 1
-    where = xp.where(
-        need,
-        n + rank,
-        xp.arange(n, dtype=xp.int64, device=array_api_compat.device(old)),
-    )
-    return xp.take(xp.concat([old, xp.astype(fixed, old.dtype)]), where)
+@dataclasses.dataclass
+class _State:
+    """The device state of the merge loop: the distance matrix ``D`` (merged
+    rows and the diagonal at +∞), the cached minimum and arg-minimum of each
+    row, the cluster sizes and ``idx = arange(n)``."""
+
+    D: object
+    rowmin: object
+    rowarg: object
+    sizes: object
+    idx: object
+
+    @classmethod
+    def start(cls, X, linkage, /, *, xp):
+        n = X.shape[0]
+        dev = device(X)
+        D = sq_distances(X, X, xp=xp)
+        D = (D + D.T) / 2  # exactly symmetric: rows and columns are updated alike
+        if linkage not in _SQUARED:
+            D = xp.sqrt(D)
+        idx = xp.arange(n, dtype=xp.int64, device=dev)
+        D = xp.where(idx[:, None] == idx[None, :], xp.inf, D)
+        sizes = xp.ones((n,), dtype=D.dtype, device=dev)
+        return cls(D, xp.min(D, axis=1), xp.argmin(D, axis=1), sizes, idx)
 
 
-def _linkage(X, linkage, /, *, xp):
-    """SciPy linkage matrix ``Z`` (host NumPy, (n−1)×4) of ``X`` (n, d)."""
+def _closest_pair(state, /, *, xp):
+    """``(a, b, h)`` on the host, ``a < b``: the closest pair and its distance,
+    read back together (the merge's one host sync). ``h = −∞`` flags a stale
+    row ``a`` (see :func:`_rescan`)."""
+    a = xp.argmin(state.rowmin, keepdims=True)
+    b = xp.take(state.rowarg, a)
+    h = xp.take(state.rowmin, a)
+    dt = state.D.dtype
+    a_h, b_h, h_h = to_numpy(xp.concat([xp.astype(a, dt), xp.astype(b, dt), h]))
+    a_h, b_h = int(a_h), int(b_h)
+    return min(a_h, b_h), max(a_h, b_h), float(h_h)
+
+
+def _refresh_stale(state, /, *, xp):
+    """Re-scan every stale row (minimum −∞): the rare overflow of :func:`_rescan`."""
+    rows = xp.nonzero(state.rowmin == -xp.inf)[0]
+    sub = xp.take(state.D, rows, axis=0)
+    fresh_min, fresh_arg = xp.min(sub, axis=1), xp.argmin(sub, axis=1)
+    stale = state.rowmin == -xp.inf
+    count = xp.cumulative_sum(xp.astype(stale, xp.int64))
+    rank = xp.where(stale, count - 1, xp.zeros_like(count))
+    state.rowmin = xp.where(stale, xp.take(fresh_min, rank), state.rowmin)
+    state.rowarg = xp.where(stale, xp.take(fresh_arg, rank), state.rowarg)
+
+
+def _rescan(state, need, /, *, xp):
+    """New minima of the rows flagged ``need``: the first :data:`_RESCAN_ROWS`
+    of them are re-scanned (positions by a prefix count and a search: fixed
+    shapes, no sync); any others get a minimum of −∞ (stale)."""
+    n = need.shape[0]
+    c = min(_RESCAN_ROWS, n)
+    count = xp.cumulative_sum(xp.astype(need, xp.int64))
+    targets = xp.arange(1, c + 1, dtype=count.dtype, device=device(need))
+    rows = xp.searchsorted(count, targets)  # n where fewer rows are flagged
+    sub = xp.take(state.D, xp.where(rows < n, rows, xp.zeros_like(rows)), axis=0)
+    done = need & (count <= c)
+    rank = xp.where(done, count - 1, xp.zeros_like(count))
+    fresh_min = xp.take(xp.min(sub, axis=1), rank)
+    fresh_arg = xp.take(xp.argmin(sub, axis=1), rank)
+    stale_min = xp.where(need, -xp.inf, state.rowmin)
+    state.rowmin = xp.where(done, fresh_min, stale_min)
+    state.rowarg = xp.where(done, fresh_arg, state.rowarg)
+
+
+def _merge(state, a, b, pair, linkage, /, *, xp):
+    """Merge cluster ``b`` into row ``a``: Lance–Williams row and column ``a``,
+    row and column ``b`` removed (+∞), the cached row minima updated."""
     import array_api_extra as xpx
 
+    new = _lance_williams(linkage, state.D[a, :], state.D[b, :], pair, xp=xp)
+    new = xp.where((state.idx == a) | (state.idx == b), xp.inf, new)
+    D = xpx.at(state.D)[a, :].set(new)
+    D = xpx.at(D)[:, a].set(new)
+    D = xpx.at(D)[b, :].set(xp.inf)
+    state.D = xpx.at(D)[:, b].set(xp.inf)
+    state.sizes = xpx.at(state.sizes)[a].set(pair.n_a + pair.n_b)
+    # rows whose nearest was a or b are re-scanned; the others can only have
+    # come nearer to the new cluster a
+    # (merged-away rows, whose minimum is +∞, and b itself are left alone;
+    # single linkage keeps every other row's minimum: min(d_ka, d_kb) is it)
+    if linkage == "single":
+        need = state.idx == a
+    else:
+        need = (state.rowarg == a) | (state.rowarg == b)
+        need = need & (state.rowmin < xp.inf) & (state.idx != b)
+    closer = (new < state.rowmin) | ((new == state.rowmin) & (a < state.rowarg))
+    state.rowarg = xp.where(closer, a, state.rowarg)
+    state.rowmin = xp.where(closer, new, state.rowmin)
+    _rescan(state, need, xp=xp)
+    state.rowmin = xpx.at(state.rowmin)[b].set(xp.inf)
+
+
+@portable("linkage")
+def linkage_matrix(X, /, *, xp, method):
+    """SciPy linkage matrix ``Z`` (host NumPy, (n−1)×4) of ``X`` (n, d) by the
+    cached-minimum Lance–Williams algorithm: one host sync per merge."""
     n = X.shape[0]
-    dev = array_api_compat.device(X)
-    D = sq_distances(X, X, xp=xp)
-    if linkage != "centroid":
-        D = xp.sqrt(D)
-    inf = xp.asarray(float("inf"), dtype=D.dtype, device=dev)
-    idx = xp.arange(n, dtype=xp.int64, device=dev)
-    D = xp.where(idx[:, None] == idx[None, :], inf, D)
-    rowarg = xp.argmin(D, axis=1)
-    rowmin = xp.min(D, axis=1)
-    ids = list(range(n))
-    sizes = [1] * n
+    state = _State.start(X, method, xp=xp)
+    ids, sizes = list(range(n)), [1] * n
     Z = np.empty((max(n - 1, 0), 4), dtype=np.float64)
     for step in range(n - 1):
-        a = int(xp.argmin(rowmin))
-        b = int(rowarg[a])
-        h = rowmin[a]
-        if b < a:
-            a, b = b, a
-        new = _lance_williams(
-            linkage, D[a, :], D[b, :], h, float(sizes[a]), float(sizes[b]), xp=xp
+        a, b, h = _closest_pair(state, xp=xp)
+        while h == -float("inf"):
+            _refresh_stale(state, xp=xp)
+            a, b, h = _closest_pair(state, xp=xp)
+        pair = _Pair(h, sizes[a], sizes[b], state.sizes)
+        _merge(state, a, b, pair, method, xp=xp)
+        height = float(np.sqrt(h)) if method in _SQUARED else h
+        Z[step] = (
+            min(ids[a], ids[b]),
+            max(ids[a], ids[b]),
+            height,
+            sizes[a] + sizes[b],
         )
-        new = xp.where((idx == a) | (idx == b), inf, new)
-        D = xpx.at(D)[a, :].set(new)
-        D = xpx.at(D)[:, a].set(new)
-        D = xpx.at(D)[b, :].set(inf)
-        D = xpx.at(D)[:, b].set(inf)
-        height = float(xp.sqrt(h)) if linkage == "centroid" else float(h)
-        lo, hi = sorted((ids[a], ids[b]))
-        Z[step] = (lo, hi, height, sizes[a] + sizes[b])
-        ids[a] = n + step
-        sizes[a] += sizes[b]
-        # cached row minima: rows whose nearest was a or b are re-scanned; the
-        # others can only have come nearer to the new cluster a
-        need = (rowarg == a) | (rowarg == b)
-        closer = (new < rowmin) | ((new == rowmin) & (a < rowarg))
-        rowarg = xp.where(closer, a, rowarg)
-        rowmin = xp.where(closer, new, rowmin)
-        rows = xp.nonzero(need)[0]
-        if rows.shape[0]:
-            sub = xp.take(D, rows, axis=0)
-            rowarg = _merge_rows(rowarg, xp.argmin(sub, axis=1), need, xp=xp)
-            rowmin = _merge_rows(rowmin, xp.min(sub, axis=1), need, xp=xp)
-        rowmin = xpx.at(rowmin)[b].set(inf)
+        ids[a], sizes[a] = n + step, sizes[a] + sizes[b]
     return Z
+
+
+def _linkage_example():
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    return (X,), {"xp": None, "method": "ward"}
+
+
+@fast_path("linkage", "numpy", example=_linkage_example)
+def _linkage_scipy(X, /, *, xp, method):
+    """SciPy's compiled linkage (the portable algorithm when SciPy is missing)."""
+    try:
+        from scipy.cluster.hierarchy import linkage
+    except ImportError:
+        return linkage_matrix(X, xp=xp, method=method)
+    return linkage(np.asarray(X), method=method, metric="euclidean")
 
 
 def linkage_labels(Z, n_merges):
@@ -153,9 +260,10 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
     n_clusters : int or None, default=2
         Cut the tree into this many clusters (give exactly one of
         ``n_clusters`` and ``distance_threshold``).
-    linkage : {"single", "complete", "average", "centroid"}, default="single"
-        Cluster distance: nearest pair, farthest pair, mean pairwise distance,
-        or the distance between centroids.
+    linkage : {"ward", "complete", "average", "single", "centroid"}, default="ward"
+        Cluster distance: Ward's increase of the within-cluster sum of squares
+        (scikit-learn's default), farthest pair, mean pairwise distance,
+        nearest pair, or the distance between centroids.
     distance_threshold : float or None, default=None
         Apply merges, in order, while their height is below this value.
 
@@ -203,7 +311,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
     }
     _xpml_tags = {"data": "unsupervised", "test_params": {"n_clusters": 3}}
 
-    def __init__(self, n_clusters=2, *, linkage="single", distance_threshold=None):
+    def __init__(self, n_clusters=2, *, linkage="ward", distance_threshold=None):
         self.n_clusters = n_clusters
         self.linkage = linkage
         self.distance_threshold = distance_threshold
@@ -224,7 +332,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
             raise ValueError(
                 f"n_clusters={self.n_clusters} must be at most n_samples={n}"
             )
-        Z = _linkage(X, self.linkage, xp=xp)
+        Z = _dispatch("linkage", xp)(X, xp=xp, method=self.linkage)
         if self.n_clusters is not None:
             n_merges = n - self.n_clusters
         else:
