@@ -216,3 +216,18 @@ def test_convergence_warning_and_errors():
         LinearSVC(class_weight={9: 1.0}).fit(X, y)
     with pytest.raises(ValueError, match="class"):
         LinearSVC().fit(X, np.zeros(len(X)))
+
+
+@pytest.mark.parametrize("dual", [True, False])
+def test_symmetric_data_closed_form(dual):
+    """Four symmetric points: the hard-margin solution w = (1/3, 1/3), α = 1/18
+    each. Every projected gradient is equal at α = 0, so a spread test
+    (max PG − min PG) would stop at once; the max |PG| test does not."""
+    X = np.array([[-2.0, -1.0], [-1.0, -2.0], [1.0, 2.0], [2.0, 1.0]])
+    y = np.array([0, 0, 1, 1])
+    est = LinearSVC(loss="hinge", fit_intercept=False, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(est.coef_, [[1 / 3, 1 / 3]], rtol=1e-9)
+    np.testing.assert_allclose(est.dual_coef_, [-1, -1, 1, 1] / np.float64(18))
+    sq = LinearSVC(fit_intercept=False, dual=dual, tol=1e-10).fit(X, y)
+    # squared hinge, C = 1: w = (a, a) minimising a² + 4(1 − 3a)²: a = 12/37
+    np.testing.assert_allclose(sq.coef_, [[12 / 37, 12 / 37]], rtol=1e-8)
