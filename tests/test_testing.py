@@ -226,6 +226,29 @@ def test_estimator_edges_are_counted_apart():
     assert pred.uploads == 0 and pred.syncs == 0
 
 
+class _Outer(BaseEstimator):
+    """Fits two inner estimators on its own data (an ensemble in miniature)."""
+
+    def fit(self, X, y=None):
+        ctx, X, _, _ = self._validate_fit_data(X)
+        self.members_ = [_Known().fit(X), _Known().fit(X)]
+        return self._fitted(ctx)
+
+
+def test_inner_estimators_have_no_edges_of_their_own():
+    X = np.arange(12.0).reshape(4, 3)
+    with xpml.backend("torch"):
+        with count_syncs() as one:
+            _Known().fit(X)
+        with count_syncs() as outer:
+            _Outer().fit(X)
+    # each member: its sync and upload, plus its input validation (the NaN
+    # check), all inside the outer fit
+    assert outer.by_kind["float"] == 2 and outer.by_kind["upload_host"] == 2
+    assert outer.by_kind["bool"] == 2 * one.edge["bool"], outer.summary()
+    assert outer.edge["bool"] == one.edge["bool"]  # the outer call's own check
+
+
 def test_summary_lists_kinds_and_sites(t):
     with count_syncs(sites=True) as c:
         float(t[0])

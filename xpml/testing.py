@@ -308,7 +308,10 @@ def _device_kw(kwargs, torch):
 # ------------------------------------------------------------------ counting
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 # machinery, not the algorithm: a site is the algorithm line that called it
-_SKIPPED = {os.path.join(_PACKAGE, f) for f in ("testing.py", "_backend.py")}
+_SKIPPED = {
+    os.path.join(_PACKAGE, *f.split("/"))
+    for f in ("testing.py", "_backend.py", "utils/_array_api.py")
+}
 
 
 def _site(frame) -> str:
@@ -327,13 +330,30 @@ def _site(frame) -> str:
 
 
 def _where(frame, edges, stop) -> str | None:
-    """The innermost edge ("in", "out", "take") on the stack, or None."""
+    """The innermost edge ("in", "out", "take") on the stack, or None. The
+    edges of an estimator used inside another's method (ensemble members, a
+    selector's inner fits) are part of the outer computation: None."""
     while frame is not None and frame is not stop:
         where = edges.get(frame.f_code)
         if where is not None:
-            return where
+            return where if where == "take" or _outermost(frame, stop) else None
         frame = frame.f_back
     return None
+
+
+def _outermost(frame, stop) -> bool:
+    """Whether every estimator method on the stack belongs to one object."""
+    from xpml.base import Persistable
+
+    owner = None
+    while frame is not None and frame is not stop:
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, Persistable):
+            if owner is not None and obj is not owner:
+                return False
+            owner = obj
+        frame = frame.f_back
+    return True
 
 
 def _record(count, kind, where, frame, sites):
@@ -446,7 +466,9 @@ def count_syncs(*, sites: bool = False) -> Iterator[SyncCount]:
     ``_validate_fit_data``, ``_validate_predict_data``, ``check_array``,
     ``check_sample_weight``, ``encode_labels``) and the results and fitted
     attributes moved back (``Context.out``, ``_fitted``, ``decode_labels``).
-    They cost a constant per call.
+    They cost a constant per call. An estimator used inside another's method
+    (an ensemble's members, a selector's inner fits) has no edges of its own:
+    its validation and conversions count inside the outer computation.
 
     Parameters
     ----------
