@@ -174,6 +174,7 @@ def test_sites_name_the_xpml_line():
     with count_syncs(sites=True) as c:
         _math.all_finite(torch.ones(3), xp=xp)
     assert c.top() == [(f"xpml/utils/_math.py:{line} bool", 1)]
+    assert c.top_sites(1) == c.top(1)
 
 
 def test_sites_off_by_default(t):

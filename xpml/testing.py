@@ -139,6 +139,8 @@ class SyncCount:
         """The ``n`` call sites with the most syncs and uploads (needs ``sites=True``)."""
         return self.sites.most_common(n)
 
+    top_sites = top  # the name docs/DEVELOPING.md uses
+
     def summary(self) -> str:
         """A few lines for a failure message or a log."""
         kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.by_kind.items()) if v)
