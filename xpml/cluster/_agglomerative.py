@@ -215,6 +215,8 @@ def _linkage_scipy(X, /, *, xp, method):
     try:
         from scipy.cluster.hierarchy import linkage
     except ImportError:
+        linkage = None
+    if linkage is None or X.shape[0] < 2:  # SciPy refuses a single point
         return linkage_matrix(X, xp=xp, method=method)
     return linkage(np.asarray(X), method=method, metric="euclidean")
 
