@@ -9,9 +9,11 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from xpml._backend import enter, to_numpy
+from xpml._backend import enter, move, to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from xpml.tree._grow import GrowParams, grow, route, segment_sum
+from xpml.tree._grow import GrowParams, grow, segment_sum
+from xpml.tree._stack import TREE_ARRAYS, cached_stack, host_tree, stack_trees
+from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import (
     check_array,
@@ -23,16 +25,7 @@ from xpml.utils.validation import (
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
 
-_TREE_ARRAYS = (
-    "feature",
-    "threshold",
-    "children_left",
-    "children_right",
-    "value",
-    "impurity",
-    "n_node_samples",
-    "weighted_n_node_samples",
-)
+_TREE_ARRAYS = TREE_ARRAYS
 
 
 def _resolve_count(v, n, lo):
@@ -103,32 +96,45 @@ class _BaseDecisionTree(BaseEstimator):
         ids = xp.nonzero(sw > 0)[0]
         w = xp.take(sw, ids)
         rng = check_random_state(self.random_state)
-        tree = grow(
-            X, y, ids, w, np.asarray([int(ids.shape[0])]), params, xp=xp, rngs=[rng]
-        )[0]
-        self._set_tree(tree, ctx, X.dtype)
+        n_kept = np.asarray([int(ids.shape[0])])
+        trees, stats = grow(X, y, ids, w, n_kept, params, xp=xp, rngs=[rng])
+        self._grow_stats = stats
+        self._set_tree(trees[0], ctx, X.dtype)
         return self
 
     def _set_tree(self, tree, ctx, dtype):
-        """Store a host tree (dict of NumPy arrays) as fitted arrays in ``ctx``."""
-        xp, dev = ctx.xp, ctx.device
+        """Store a host tree (dict of NumPy arrays) as the fitted arrays,
+        directly in the caller's library (no round trip through the compute
+        device); float arrays in the precision of ``dtype``."""
+        fdt = np.float32 if itemsize(dtype, ctx.xp) == 4 else np.float64
         for k in _TREE_ARRAYS:
-            a = tree[k]
-            if k in ("threshold", "value", "impurity", "weighted_n_node_samples"):
-                setattr(self, f"tree_{k}_", xp.asarray(a, dtype=dtype, device=dev))
-            else:
-                setattr(self, f"tree_{k}_", xp.asarray(a, dtype=xp.int64, device=dev))
+            floating = k in (
+                "threshold",
+                "value",
+                "impurity",
+                "weighted_n_node_samples",
+            )
+            a = np.asarray(tree[k], dtype=fdt if floating else np.int64)
+            setattr(self, f"tree_{k}_", move(a, ctx.out_xp, ctx.out_device))
         self.node_count_ = int(len(tree["feature"]))
         self.max_depth_ = int(tree["max_depth"])
         self.n_leaves_ = int(np.sum(tree["children_left"] < 0))
-        self.feature_importances_ = xp.asarray(
-            _importances(tree, self.n_features_in_), dtype=dtype, device=dev
-        )
 
     def _host_tree(self):
-        t = {k: to_numpy(getattr(self, f"tree_{k}_")) for k in _TREE_ARRAYS}
-        t["max_depth"] = self.max_depth_
-        return t
+        return host_tree(self)
+
+    @property
+    def feature_importances_(self):
+        """Total weighted impurity decrease per feature, normalised to sum 1
+        (zeros for a tree without a split), in the fitted arrays' library."""
+        from array_api_compat import array_namespace
+
+        from xpml.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "tree_feature_")
+        v = self.tree_value_
+        imp = _importances(self._host_tree(), self.n_features_in_)
+        return array_namespace(v).asarray(imp, dtype=v.dtype, device=device(v))
 
     @property
     def tree_(self):
@@ -146,17 +152,16 @@ class _BaseDecisionTree(BaseEstimator):
         return t
 
     # ------------------------------------------------------------- predict
+    def _stack(self, ctx):
+        """The fitted tree on the compute device, cached (see :mod:`xpml.tree._stack`)."""
+        return cached_stack(self, [self], ctx)
+
     def _leaves(self, ctx, X):
-        xp = ctx.xp
-        return route(
-            X,
-            ctx.take(self.tree_feature_),
-            ctx.take(self.tree_threshold_),
-            ctx.take(self.tree_children_left_),
-            ctx.take(self.tree_children_right_),
-            self.max_depth_,
-            xp=xp,
-        )
+        return self._stack(ctx).leaves(X, xp=ctx.xp)[0, :]
+
+    def _leaf_values(self, ctx, X):
+        stack = self._stack(ctx)
+        return ctx.xp.take(stack.value, stack.leaves(X, xp=ctx.xp)[0, :], axis=0)
 
     def apply(self, X):
         """Index of the leaf each row of ``X`` ends in, shape (n,)."""
@@ -175,14 +180,16 @@ class _BaseDecisionTree(BaseEstimator):
     def prune(self, X_val, y_val):
         """Reduced-error post-pruning on a validation set; returns self.
 
-        The validation points are routed down the tree once, which gives, for
-        every node, the validation error it would make as a leaf (its training
-        prediction applied to the points that reach it). Then, bottom-up, an
-        internal node whose two children are leaves is turned into a leaf when
-        that does not raise the validation error (``err(node) <= err(left) +
-        err(right)``): misclassifications for the classifier, the sum of squared
-        errors for the regressor. The validation error of the pruned tree is
-        therefore never higher than before.
+        The validation points are routed down the tree once (the routing of
+        :meth:`predict`); every node on a point's path, found by walking up
+        from its leaf, gets the error its training prediction makes on the
+        point, which gives, for every node, the validation error it would
+        make as a leaf. Then, bottom-up, an internal node whose two children
+        are leaves is turned into a leaf when that does not raise the
+        validation error (``err(node) <= err(left) + err(right)``):
+        misclassifications for the classifier, the sum of squared errors for
+        the regressor. The validation error of the pruned tree is therefore
+        never higher than before.
 
         Parameters
         ----------
@@ -190,100 +197,88 @@ class _BaseDecisionTree(BaseEstimator):
         y_val : array (n_val,)
             Labels (classifier) or targets (regressor).
         """
-        from xpml.utils.validation import check_is_fitted
+        from xpml.utils.validation import check_is_fitted, check_n_features
 
         check_is_fitted(self)
-        clf = isinstance(self, ClassifierMixin)
-        if clf:
-            # labels -> the fitted codes on the host (labels may be strings)
-            y_host = np.asarray(to_numpy(y_val))
-            check_consistent_length(X_val, y_host, names=("X_val", "y_val"))
-            classes = to_numpy(self.classes_)
-            codes = np.minimum(np.searchsorted(classes, y_host), len(classes) - 1)
-            if not np.all(classes[codes] == y_host):
-                unseen = sorted(set(y_host.tolist()) - set(classes.tolist()))
-                raise ValueError(
-                    f"y_val contains labels {unseen!r} not seen in fit; "
-                    f"allowed labels are the classes_ {classes.tolist()!r}"
-                )
-            ctx, (X,) = enter(X_val, names=("X_val",))
-            yv = ctx.xp.asarray(codes, device=ctx.device)
-        else:
-            check_consistent_length(X_val, y_val, names=("X_val", "y_val"))
-            ctx, (X, yv) = enter(X_val, y_val, names=("X_val", "y_val"))
-        xp = ctx.xp
-        X = check_array(X, xp=xp, name="X_val", requested=ctx.dtype)
-        from xpml.utils.validation import check_n_features
-
+        ctx, X, yv = self._validation_data(X_val, y_val)
+        X = check_array(X, xp=ctx.xp, name="X_val", requested=ctx.dtype)
         check_n_features(self, X, name="X_val")
         t = self._host_tree()
-        dtype = X.dtype
-        feat = xp.asarray(t["feature"], device=ctx.device)
-        thr = xp.asarray(t["threshold"], dtype=dtype, device=ctx.device)
-        cl = xp.asarray(t["children_left"], device=ctx.device)
-        cr = xp.asarray(t["children_right"], device=ctx.device)
-        if clf:
-            yv = xp.astype(yv, xp.int64)
-            pred = xp.asarray(np.argmax(t["value"], axis=1), device=ctx.device)
-        else:
-            yv = check_targets(yv, xp=xp, name="y_val", requested=ctx.dtype)
-            yv = xp.astype(yv, dtype)
-            pred = xp.asarray(t["value"], dtype=dtype, device=ctx.device)
-        n_nodes = len(t["feature"])
-        # route once, recording every node on each point's path
-        n = int(X.shape[0])
-        node = xp.zeros(n, dtype=xp.int64, device=ctx.device)
-        ids, losses = [], []
-        zero = xp.zeros_like(node)
-        Xflat = xp.reshape(X, (-1,))
-        base = xp.arange(n, dtype=xp.int64, device=ctx.device) * int(X.shape[1])
-        prev_leaf = None
-        for step in range(t["max_depth"] + 1):
-            p = xp.take(pred, node)
-            if clf:
-                loss = xp.astype(p != yv, dtype)
-            else:
-                loss = (p - yv) ** 2
-            f = xp.take(feat, node)
-            leaf = f < 0
-            if step == 0:
-                ids.append(node)
-                losses.append(loss)
-            else:
-                moved = ~prev_leaf
-                ids.append(xp.where(moved, node, xp.full_like(node, n_nodes)))
-                losses.append(loss)
-            prev_leaf = leaf
-            xv = xp.take(Xflat, base + xp.where(leaf, zero, f))
-            go = xv <= xp.take(thr, node)
-            node = xp.where(
-                leaf, node, xp.where(go, xp.take(cl, node), xp.take(cr, node))
-            )
-        err_leaf = to_numpy(
-            segment_sum(xp.concat(ids), xp.concat(losses), n_nodes + 1, xp=xp)
-        )[:n_nodes].astype(np.float64)
-        left, right = t["children_left"].copy(), t["children_right"].copy()
-        err = err_leaf.copy()
-        # children have larger ids than their parent: a reverse sweep is bottom-up
-        for i in range(n_nodes - 1, -1, -1):
-            a, b = left[i], right[i]
-            if a < 0:
-                continue
-            if left[a] < 0 and left[b] < 0 and err_leaf[i] <= err[a] + err[b]:
-                left[i] = right[i] = -1
-                err[i] = err_leaf[i]
-            else:
-                err[i] = err[a] + err[b]
-        t["children_left"], t["children_right"] = left, right
-        t = _compact(t)
-        self.n_pruned_nodes_ = n_nodes - len(t["feature"])
-        self._set_tree(t, ctx, dtype)
+        err_leaf = self._errors_as_leaf(ctx, X, yv, t)
+        t = _compact(_merge_leaves(t, err_leaf))
+        self.n_pruned_nodes_ = self.node_count_ - len(t["feature"])
+        self._set_tree(t, ctx, X.dtype)
         return self._fitted(ctx)
+
+    def _validation_data(self, X_val, y_val):
+        """``(ctx, X, y)``: the classifier's labels become the fitted codes."""
+        if not isinstance(self, ClassifierMixin):
+            check_consistent_length(X_val, y_val, names=("X_val", "y_val"))
+            ctx, (X, yv) = enter(X_val, y_val, names=("X_val", "y_val"))
+            yv = check_targets(yv, xp=ctx.xp, name="y_val", requested=ctx.dtype)
+            return ctx, X, yv
+        # labels -> the fitted codes on the host (labels may be strings)
+        y_host = np.asarray(to_numpy(y_val))
+        check_consistent_length(X_val, y_host, names=("X_val", "y_val"))
+        classes = to_numpy(self.classes_)
+        codes = np.minimum(np.searchsorted(classes, y_host), len(classes) - 1)
+        if not np.all(classes[codes] == y_host):
+            unseen = sorted(set(y_host.tolist()) - set(classes.tolist()))
+            raise ValueError(
+                f"y_val contains labels {unseen!r} not seen in fit; "
+                f"allowed labels are the classes_ {classes.tolist()!r}"
+            )
+        ctx, (X,) = enter(X_val, names=("X_val",))
+        return ctx, X, ctx.xp.asarray(codes.astype(np.int64), device=ctx.device)
+
+    def _errors_as_leaf(self, ctx, X, yv, t):
+        """Validation error of every node were it a leaf (host, float64)."""
+        xp = ctx.xp
+        n_nodes = len(t["feature"])
+        left, right = t["children_left"], t["children_right"]
+        parent = np.full(
+            n_nodes + 1, n_nodes, dtype=np.int64
+        )  # n_nodes: above the root
+        inner = np.nonzero(left >= 0)[0]
+        parent[left[inner]], parent[right[inner]] = inner, inner
+        clf = isinstance(self, ClassifierMixin)
+        pred = np.argmax(t["value"], axis=1) if clf else t["value"]
+        pred = np.append(pred, 0).astype(np.int64 if clf else t["value"].dtype)
+        pred, parent = (xp.asarray(a, device=ctx.device) for a in (pred, parent))
+        if not clf:
+            yv = xp.astype(yv, pred.dtype)
+        node = stack_trees([t], xp, ctx.device).leaves(X, xp=xp)[0, :]
+        ids, losses = [], []
+        for _ in range(t["max_depth"] + 1):
+            p = xp.take(pred, node)
+            losses.append(xp.astype(p != yv, X.dtype) if clf else (p - yv) ** 2)
+            ids.append(node)
+            node = xp.take(parent, node)
+        err = segment_sum(xp.concat(ids), xp.concat(losses), n_nodes + 1, xp=xp)
+        return np.asarray(to_numpy(err), dtype=np.float64)[:n_nodes]
 
     # --------------------------------------------------------- export text
     def export_text(self, **kwargs):
         """The tree as indented text rules (see :func:`export_text`)."""
         return export_text(self, **kwargs)
+
+
+def _merge_leaves(t, err_leaf):
+    """Bottom-up: a node whose children are both leaves becomes a leaf when its
+    own validation error is not higher than theirs together."""
+    left, right = t["children_left"].copy(), t["children_right"].copy()
+    err = err_leaf.copy()
+    # children have larger ids than their parent: a reverse sweep is bottom-up
+    for i in range(len(left) - 1, -1, -1):
+        a, b = left[i], right[i]
+        if a < 0:
+            continue
+        if left[a] < 0 and left[b] < 0 and err_leaf[i] <= err[a] + err[b]:
+            left[i] = right[i] = -1
+            err[i] = err_leaf[i]
+        else:
+            err[i] = err[a] + err[b]
+    return {**t, "children_left": left, "children_right": right}
 
 
 def _compact(t):
@@ -434,16 +429,13 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     def predict_proba(self, X):
         """Class fractions of the leaf each row reaches, shape (n, K)."""
         ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        return ctx.out(
-            xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X), axis=0)
-        )
+        return ctx.out(self._leaf_values(ctx, X))
 
     def predict(self, X):
         """Majority class of the leaf each row reaches."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
-        P = xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X), axis=0)
+        P = self._leaf_values(ctx, X)
         return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
 
     def predict_log_proba(self, X):
@@ -527,8 +519,7 @@ max_features, random_state
     def predict(self, X):
         """Mean training target of the leaf each row reaches."""
         ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        return ctx.out(xp.take(ctx.take(self.tree_value_), self._leaves(ctx, X)))
+        return ctx.out(self._leaf_values(ctx, X))
 
 
 def export_text(

@@ -1,8 +1,8 @@
 """Level-wise, vectorised growth of decision trees: one tree or a whole forest at once.
 
 Every open node of one depth (across all trees being grown) is processed
-together. Nodes are grouped by their number of samples into padded blocks of
-length ``L`` (a power of two); for a block of nodes:
+together. Nodes are grouped by their number of samples into padded *node
+blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
 
 1. the candidate features' values of each node's samples are gathered into a
    ``(nodes, features, L)`` array, padded with ``+inf``;
@@ -13,11 +13,20 @@ length ``L`` (a power of two); for a block of nodes:
    child's follow by subtraction from the total;
 4. the criterion is scored at every position between *distinct* neighbouring
    values, for all features in one array pass, and ``argmax`` picks the best
-   ``(feature, threshold)`` of each node.
+   ``(feature, threshold)`` of each node;
+5. each node's entries are sorted along its chosen feature: the left child's
+   entries are then the first ``p + 1`` of the row, the right child's the rest,
+   so the next depth reads its nodes straight out of these rows (no
+   compaction, no boolean mask).
 
-Only small per-node summaries (best feature, threshold, child statistics) move to
-the host, once per block; the tree's arrays are assembled there with NumPy. The
-split search is exactly scikit-learn's "best" splitter: thresholds midway
+Host traffic per block: one upload (where each node's entries start, how many
+there are, the drawn features; plus the node means for regression) and one
+download (best split, child statistics, which drawn features are constant).
+The tree's arrays are assembled on the host with NumPy. A forest node whose
+drawn features include constant ones re-draws them (scikit-learn's rule) and is
+searched again: one more upload and download for those nodes only.
+
+The split search is exactly scikit-learn's "best" splitter: thresholds midway
 between distinct neighbours, ``x <= threshold`` goes left, children must hold
 ``min_samples_leaf`` samples, a split is kept when its weighted impurity
 decrease is at least ``min_impurity_decrease``.
@@ -26,19 +35,28 @@ decrease is at least ``min_impurity_decrease``.
 from __future__ import annotations
 
 import dataclasses
-import math
+from typing import Any
 
-import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml.utils._array_api import device, eps, is_numpy_namespace, itemsize
+from xpml.utils._array_api import memory_budget as _memory_budget
 
-__all__ = ["GrowParams", "grow", "route", "segment_sum"]
+__all__ = [
+    "GrowParams",
+    "RoutingTable",
+    "grow",
+    "route",
+    "routing_table",
+    "segment_sum",
+]
 
-EPSILON = float(np.finfo(np.float64).eps)
+EPSILON = eps(np.float64, np)  # host-side: impurities are float64 NumPy there
 FEATURE_THRESHOLD = 1e-7  # scikit-learn's: neighbours closer than this are not split
-_BUDGET = 1 << 22  # elements of one (nodes, features, L) work array
-_LN2 = math.log(2.0)
+# (nodes, features, L) work arrays alive at once in the split search: the
+# memory budget divided by this (and the itemsize) bounds one block's size
+_LIVE_WORK_ARRAYS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +75,12 @@ class GrowParams:
     @property
     def classification(self):
         return self.n_classes > 0
+
+
+def work_elements(dtype, xp) -> int:
+    """Elements of one ``(nodes, features, L)`` work array that the memory
+    budget (:func:`xpml.utils._array_api.memory_budget`) allows."""
+    return max(1 << 16, _memory_budget() // (_LIVE_WORK_ARRAYS * itemsize(dtype, xp)))
 
 
 # --------------------------------------------------------------- host tables
@@ -137,158 +161,73 @@ def _splittable(depth, n, stats, W, impurity, params):
     return ok
 
 
-# ----------------------------------------------------------- device helpers
-def _xlogx(c, xp):
-    return c * xp.log(xp.where(c > 0, c, xp.ones_like(c)))
+# ------------------------------------------------------------ growth state
+@dataclasses.dataclass
+class _Growth:
+    """One growth: the data on the device (``X`` flattened with a sentinel row
+    ``n`` of +inf that pads node blocks, ``y`` with a 0 appended), the rules,
+    the host node table and the per-tree generators of the feature subsets."""
+
+    Xflat: Any
+    y: Any
+    d: int
+    sentinel: Any  # 0-d device array holding n
+    params: GrowParams
+    table: _NodeTable
+    W_root: np.ndarray
+    rngs: list | None
+    budget: int
+    stats: dict  # node blocks and re-draw rounds, counted for tests and benches
+    xp: Any
+
+    @property
+    def m(self):
+        return min(self.params.max_features, self.d)
+
+    @property
+    def subset(self):
+        return self.m < self.d
 
 
-def segment_sum(ids, weights, n_bins, *, xp):
-    """``out[b] = Σ weights[ids == b]`` (a portable ``bincount`` by sorting)."""
-    order = xp.argsort(ids, stable=True)
-    sid = xp.take(ids, order)
-    cw = xp.cumulative_sum(xp.take(weights, order), include_initial=True)
-    edges = xp.arange(n_bins + 1, dtype=sid.dtype, device=array_api_compat.device(ids))
-    bounds = xp.searchsorted(sid, edges)
-    return xp.take(cw, bounds[1:]) - xp.take(cw, bounds[:-1])
+@dataclasses.dataclass(frozen=True)
+class _Level:
+    """The open nodes of one depth: their table ids, where each node's entries
+    start in the device buffers ``samp`` (sample ids) / ``sampw`` (weights)."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    samp: Any
+    sampw: Any
 
 
-def _block_len(n):
-    """Padded block length for nodes of ``n`` samples: 2^k or 1.5·2^k (at most
-    a third of a block is padding)."""
-    n = np.maximum(n, 2)
-    p = 1 << np.ceil(np.log2(n)).astype(np.int64)
-    three_q = (3 * p) // 4
-    return np.where((n <= three_q) & (p >= 4), three_q, p)
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    """Nodes searched together: table ids, entry starts and counts, padded length."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    lens: np.ndarray
+    L: int
+
+    def rows(self, sel):
+        return _Block(self.ids[sel], self.starts[sel], self.lens[sel], self.L)
 
 
-def _search(Xflat, d, y, sids, ws, lens_d, F, mean, params, xp, vals=None):
-    """Best split among features ``F`` (nb, f) for a block of nb nodes.
+@dataclasses.dataclass(frozen=True)
+class _Entries:
+    """A block's entries on the device: sample ids (nb, L) padded with the
+    sentinel, their weights (0 on padding), the node sizes (nb,), which
+    positions are real, and (regression) the node means used to centre ``y``."""
 
-    ``sids`` (nb, L) are sample indices padded with the sentinel row ``n``
-    (whose features are +inf), ``ws`` their weights (0 on padding).
-    Returns device arrays (nb,): proxy score (−inf when no valid split), chosen
-    feature, position ``p`` (the left child holds sorted positions ``0..p``)
-    and threshold.
-    """
-    nb, L = sids.shape
-    f = F.shape[1]
-    dev = array_api_compat.device(sids)
-    pos = xp.arange(L, dtype=sids.dtype, device=dev)
-    if vals is None:
-        gidx = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(F, (nb, f, 1))
-        vals = xp.take(Xflat, xp.reshape(gidx, (-1,)))
-    inf = xp.asarray(xp.inf, dtype=vals.dtype, device=dev)
-    # ties need no order here: only positions between distinct values are scored
-    perm = xp.argsort(xp.reshape(vals, (nb, f, L)), axis=-1, stable=False)
-    rows = xp.arange(nb * f, dtype=perm.dtype, device=dev) * L
-    xs = xp.reshape(
-        xp.take(vals, xp.reshape(perm + xp.reshape(rows, (nb, f, 1)), (-1,))),
-        (nb, f, L),
-    )
-    nrow = xp.arange(nb, dtype=perm.dtype, device=dev) * L
-    flat = xp.reshape(perm + xp.reshape(nrow, (nb, 1, 1)), (-1,))
-    ss = xp.reshape(xp.take(xp.reshape(sids, (-1,)), flat), (nb, f, L))
-    wsr = xp.reshape(xp.take(xp.reshape(ws, (-1,)), flat), (nb, f, L))
-    wl = xp.cumulative_sum(wsr, axis=-1)
-    wr = wl[..., -1:] - wl
-    one = xp.ones_like(wl)
-    wl_s = xp.where(wl > 0, wl, one)
-    wr_s = xp.where(wr > 0, wr, one)
-    if params.classification:
-        yk = xp.take(y, xp.reshape(ss, (-1,)))
-        yk = xp.reshape(yk, (nb, f, L))
-        zero = xp.zeros_like(wsr)
-        acc_l = acc_r = None
-        rest_l, rest_r = wl, wr
-        for k in range(params.n_classes):
-            if k < params.n_classes - 1:
-                ck = xp.cumulative_sum(xp.where(yk == k, wsr, zero), axis=-1)
-                rk = ck[..., -1:] - ck
-                rest_l, rest_r = rest_l - ck, rest_r - rk
-            else:  # the last class's counts are what the others leave
-                ck, rk = rest_l, rest_r
-            if params.criterion == "gini":
-                tl, tr = ck * ck, rk * rk
-            else:
-                tl, tr = _xlogx(ck, xp), _xlogx(rk, xp)
-            acc_l = tl if acc_l is None else acc_l + tl
-            acc_r = tr if acc_r is None else acc_r + tr
-        if params.criterion == "gini":
-            score = acc_l / wl_s + acc_r / wr_s
-        else:
-            score = acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
-    else:
-        yc = xp.reshape(xp.take(y, xp.reshape(ss, (-1,))), (nb, f, L))
-        yc = yc - xp.reshape(
-            mean, (nb, 1, 1)
-        )  # centred per node: no cancellation in SSE
-        s1 = xp.cumulative_sum(wsr * yc, axis=-1)
-        r1 = s1[..., -1:] - s1
-        score = s1 * s1 / wl_s + r1 * r1 / wr_s
-    # valid thresholds: between distinct neighbours, both children big enough
-    ln = xp.reshape(lens_d, (nb, 1, 1))
-    p3 = xp.reshape(pos, (1, 1, L))
-    msl = params.min_samples_leaf
-    ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
-    distinct = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
-    distinct = xp.concat(
-        [distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1
-    )
-    score = xp.where(ok & distinct, score, -inf)
-    score2 = xp.reshape(score, (nb, f * L))
-    bi = xp.argmax(score2, axis=-1)
-    best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
-    xs2 = xp.reshape(xs, (nb, f * L))
-    bi1 = xp.minimum(bi + 1, xp.asarray(f * L - 1, dtype=bi.dtype, device=dev))
-    x0 = xp.take(xp.reshape(xs2, (-1,)), bi + nrow * f)
-    x1 = xp.take(xp.reshape(xs2, (-1,)), bi1 + nrow * f)
-    thr = x0 / 2 + x1 / 2
-    thr = xp.where((thr == x1) | xp.isinf(thr) | xp.isnan(thr), x0, thr)
-    fi = bi // L
-    feat = xp.take_along_axis(F, fi[:, None], axis=-1)[:, 0]
-    return best, feat, bi % L, thr
-
-
-def _children_stats(Xflat, d, y, sids, ws, lens_d, feat, p, mean, params, xp):
-    """Sort each node's samples along its chosen feature; statistics of the
-    left part (positions ``<= p``) and of the whole node."""
-    nb, L = sids.shape
-    dev = array_api_compat.device(sids)
-    pos = xp.arange(L, dtype=sids.dtype, device=dev)
-    v = xp.reshape(xp.take(Xflat, xp.reshape(sids * d + feat[:, None], (-1,))), (nb, L))
-    perm = xp.argsort(v, axis=-1, stable=True)
-    rs = xp.take_along_axis(sids, perm, axis=-1)
-    rw = xp.take_along_axis(ws, perm, axis=-1)
-    left = pos[None, :] <= p[:, None]
-    zero = xp.zeros_like(rw)
-    rwl = xp.where(left, rw, zero)
-    if params.classification:
-        yk = xp.reshape(xp.take(y, xp.reshape(rs, (-1,))), (nb, L))
-        ks = xp.arange(params.n_classes, dtype=yk.dtype, device=dev)
-        oh = xp.astype(yk[:, :, None] == ks[None, None, :], rw.dtype)
-        cl = xp.sum(oh * rwl[:, :, None], axis=1)
-        ct = xp.sum(oh * rw[:, :, None], axis=1)
-        cols = [cl, ct]
-    else:
-        yc = xp.reshape(xp.take(y, xp.reshape(rs, (-1,))), (nb, L)) - mean[:, None]
-        cols = [
-            xp.stack(
-                [
-                    xp.sum(rwl, axis=1),
-                    xp.sum(rwl * yc, axis=1),
-                    xp.sum(rwl * yc * yc, axis=1),
-                    xp.sum(rw, axis=1),
-                    xp.sum(rw * yc, axis=1),
-                    xp.sum(rw * yc * yc, axis=1),
-                ],
-                axis=1,
-            )
-        ]
-    return rs, rw, cols
+    sids: Any
+    ws: Any
+    lens: Any
+    valid: Any
+    mean: Any
 
 
 # ------------------------------------------------------------------- growth
-def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET):
+def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=None):
     """Grow ``len(root_lens)`` trees at once.
 
     Parameters
@@ -306,180 +245,490 @@ def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=_BUDGET)
         Draw the random feature subsets (only used when
         ``params.max_features < d``), in each tree's node order, so a tree is
         the same whether grown alone or inside a forest.
+    budget : int, optional
+        Elements of one work array (default: :func:`work_elements`).
 
     Returns
     -------
-    list of dict
+    trees : list of dict
         One dict of host NumPy arrays per tree: ``feature``, ``threshold``,
         ``children_left``, ``children_right``, ``value``, ``impurity``,
         ``n_node_samples``, ``weighted_n_node_samples``, and ``max_depth``.
+    stats : dict
+        ``node_blocks`` (blocks searched, one upload and one download each)
+        and ``redraws`` (extra rounds for nodes that drew constant features).
     """
+    g = _start(X, y, params, rngs, budget, xp=xp)
+    level = _grow_roots(g, samp, sampw, np.asarray(root_lens, dtype=np.int64))
+    while len(level.ids):
+        level = _grow_level(g, level)
+    return _split_trees(g.table, len(root_lens), params), dict(g.stats)
+
+
+def _start(X, y, params, rngs, budget, *, xp):
     n, d = int(X.shape[0]), int(X.shape[1])
-    dev = array_api_compat.device(X)
-    # a sentinel row n of +inf pads the node blocks (weight 0, never valid)
+    dev = device(X)
     Xflat = xp.concat(
         [xp.reshape(X, (-1,)), xp.full(d, xp.inf, dtype=X.dtype, device=dev)]
     )
     y = xp.concat([y, xp.zeros(1, dtype=y.dtype, device=dev)])
-    sentinel = xp.asarray(n, dtype=samp.dtype, device=dev)
     K = params.n_classes
-    clf = params.classification
-    m = min(params.max_features, d)
-    subset = m < d
-    root_lens = np.asarray(root_lens, dtype=np.int64)
-    R = len(root_lens)
-    table = _NodeTable(K if clf else 2, d if subset else 0)
+    subset = min(params.max_features, d) < d
+    return _Growth(
+        Xflat=Xflat,
+        y=y,
+        d=d,
+        sentinel=xp.full((), n, dtype=xp.int64, device=dev),
+        params=params,
+        table=_NodeTable(K if K else 2, d if subset else 0),
+        W_root=np.zeros(0),
+        rngs=rngs,
+        budget=work_elements(X.dtype, xp) if budget is None else int(budget),
+        stats={"node_blocks": 0, "redraws": 0},
+        xp=xp,
+    )
 
-    # ---- roots
-    ends = np.cumsum(root_lens)
-    starts = ends - root_lens
-    stats = np.zeros((R, K if clf else 2))
-    W = np.zeros(R)
-    for r in range(R):
-        s, e = int(starts[r]), int(ends[r])
-        ys, w = xp.take(y, samp[s:e]), sampw[s:e]
-        if clf:
-            ks = xp.arange(K, dtype=ys.dtype, device=dev)
-            cnt = xp.sum(
-                xp.astype(ys[:, None] == ks[None, :], w.dtype) * w[:, None], axis=0
-            )
-            stats[r] = to_numpy(cnt)
-            W[r] = stats[r].sum()
+
+def _root_stats(g, samp, sampw, starts, ends):
+    """Class counts, or [mean, variance], and total weight of every root (one
+    download for all roots)."""
+    xp, K = g.xp, g.params.n_classes
+    rows = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        ys, w = xp.take(g.y, samp[s:e]), sampw[s:e]
+        if K:
+            ks = xp.arange(K, dtype=ys.dtype, device=device(ys))
+            oh = xp.astype(ys[:, None] == ks[None, :], w.dtype)
+            rows.append(xp.sum(oh * w[:, None], axis=0))
         else:
             tw = xp.sum(w)
             mu = xp.sum(w * ys) / tw
-            var = xp.sum(w * (ys - mu) ** 2) / tw
-            W[r], stats[r, 0], stats[r, 1] = [
-                float(v) for v in to_numpy(xp.stack([tw, mu, var]))
-            ]
-    W_root = W.copy()
+            rows.append(xp.stack([tw, mu, xp.sum(w * (ys - mu) ** 2) / tw]))
+    h = np.asarray(to_numpy(xp.stack(rows)), dtype=np.float64)
+    if K:
+        return h, h.sum(axis=1)
+    return h[:, 1:], h[:, 0].copy()
+
+
+def _grow_roots(g, samp, sampw, root_lens):
+    ends = np.cumsum(root_lens)
+    starts = ends - root_lens
+    stats, W = _root_stats(g, samp, sampw, starts, ends)
+    g.W_root = W.copy()
+    R = len(root_lens)
     depth0 = np.zeros(R, dtype=np.int64)
-    imp = _impurity_host(stats, W, params)
-    ids = table.add(
+    imp = _impurity_host(stats, W, g.params)
+    ids = g.table.add(
         tree=np.arange(R), depth=depth0, n=root_lens, W=W, stats=stats, impurity=imp
     )
-    open_mask = _splittable(depth0, root_lens, stats, W, imp, params)
-    if not open_mask.all():
-        keep = np.concatenate(
-            [np.arange(s, e) for s, e, o in zip(starts, ends, open_mask) if o]
-            + [np.zeros(0, np.int64)]
-        )
-        kd = xp.asarray(keep, device=dev)
-        samp, sampw = xp.take(samp, kd), xp.take(sampw, kd)
-    lvl_ids = ids[open_mask]
-    dtype = X.dtype
+    is_open = _splittable(depth0, root_lens, stats, W, imp, g.params)
+    return _Level(ids[is_open], starts[is_open], samp, sampw)
 
-    while len(lvl_ids):
-        lens = table["n"][lvl_ids]
-        lstart = np.cumsum(lens) - lens
-        next_samp, next_w, next_ids = [], [], []
-        chunks = _plan_blocks(lens, m, budget)
-        for sel, L in chunks:
-            nid = lvl_ids[sel]
-            nb = len(sel)
-            sids, ws, ln_d, pos, valid = _gather_block(
-                samp, sampw, lstart[sel], lens[sel], L, sentinel, xp
-            )
-            mean = None
-            if not clf:
-                mean = xp.asarray(table["stats"][nid, 0], dtype=dtype, device=dev)
-            # candidate features: all, or a fresh random subset of m non-constant ones
-            vals = None
-            if subset:
-                F, vals, known = _draw_features(
-                    Xflat,
-                    d,
-                    sids,
-                    lens[sel],
-                    table["tree"][nid],
-                    rngs,
-                    m,
-                    table["const"][nid],
-                    xp,
-                )
-            else:
-                F = xp.broadcast_to(xp.arange(d, device=dev)[None, :], (nb, d))
-            fc = m if vals is not None else max(1, budget // (nb * L))
-            score, feat, p, thr = _best_split(
-                Xflat, d, y, sids, ws, ln_d, F, mean, params, xp, vals=vals, chunk=fc
-            )
-            rs, rw, cols = _children_stats(
-                Xflat, d, y, sids, ws, ln_d, feat, p, mean, params, xp
-            )
-            packed = xp.concat(
-                [
-                    xp.stack(
-                        [score, xp.astype(feat, dtype), xp.astype(p, dtype), thr],
-                        axis=1,
-                    )
-                ]
-                + [xp.astype(c, dtype) for c in cols],
-                axis=1,
-            )
-            h = np.asarray(to_numpy(packed), dtype=np.float64)
-            found = np.isfinite(h[:, 0])
-            hfeat, hp, hthr = (
-                h[:, 1].astype(np.int64),
-                h[:, 2].astype(np.int64),
-                h[:, 3],
-            )
-            n_node = lens[sel]
-            depth = table["depth"][nid] + 1
-            trees = table["tree"][nid]
-            stl, str_, wl, wr = _child_stats_host(h[:, 4:], K, table["stats"][nid, 0])
-            imp_l = _impurity_host(stl, wl, params)
-            imp_r = _impurity_host(str_, wr, params)
-            Wn = table["W"][nid]
-            decrease = (Wn * table["impurity"][nid] - wl * imp_l - wr * imp_r) / W_root[
-                trees
-            ]
-            accept = found & (decrease + EPSILON >= params.min_impurity_decrease)
-            if not accept.any():
-                continue
-            a_idx = np.nonzero(accept)[0]
-            nl, nr = hp[a_idx] + 1, n_node[a_idx] - hp[a_idx] - 1
-            # children, interleaved left/right per split node
-            c_n = _interleave(nl, nr)
-            c_stats = _interleave(stl[a_idx], str_[a_idx])
-            c_W = _interleave(wl[a_idx], wr[a_idx])
-            c_imp = _interleave(imp_l[a_idx], imp_r[a_idx])
-            c_depth = np.repeat(depth[a_idx], 2)
-            c_tree = np.repeat(trees[a_idx], 2)
-            extra = {"const": np.repeat(known[a_idx], 2, axis=0)} if subset else {}
-            cids = table.add(
-                tree=c_tree,
-                depth=c_depth,
-                n=c_n,
-                W=c_W,
-                stats=c_stats,
-                impurity=c_imp,
-                **extra,
-            )
-            pid = nid[a_idx]
-            table.cols["feature"][pid] = hfeat[a_idx]
-            table.cols["threshold"][pid] = hthr[a_idx]
-            table.cols["left"][pid] = cids[0::2]
-            table.cols["right"][pid] = cids[1::2]
-            c_open = _splittable(c_depth, c_n, c_stats, c_W, c_imp, params)
-            if not c_open.any():
-                continue
-            # carry the open children's samples (sorted along the split feature)
-            keep = np.zeros((nb, 3), dtype=np.int64)
-            keep[:, 0] = hp
-            keep[a_idx, 1] = c_open[0::2]
-            keep[a_idx, 2] = c_open[1::2]
-            kd = xp.asarray(keep, device=dev)
-            left = pos[None, :] <= kd[:, 0:1]
-            inc = xp.where(left, kd[:, 1:2] > 0, kd[:, 2:3] > 0) & valid
-            next_samp.append(rs[inc])
-            next_w.append(rw[inc])
-            next_ids.append(cids[c_open])
-        if not next_ids:
-            break
-        samp = xp.concat(next_samp) if len(next_samp) > 1 else next_samp[0]
-        sampw = xp.concat(next_w) if len(next_w) > 1 else next_w[0]
-        lvl_ids = np.concatenate(next_ids)
-    return _split_trees(table, R, params)
+
+def _grow_level(g, level):
+    """Search every open node of one depth, block by block; add the accepted
+    splits' children and return the open ones as the next level."""
+    lens = g.table["n"][level.ids]
+    pieces, next_ids, next_starts, offset = [], [], [], 0
+    for sel, L in _plan_blocks(lens, g.m, g.budget):
+        blk = _Block(level.ids[sel], level.starts[sel], lens[sel], L)
+        g.stats["node_blocks"] += 1
+        h, known, found_pieces, row_at = _search_block(g, level, blk)
+        kids = _accept(g, blk, h, known)
+        if kids is None:
+            continue
+        cids, rows, shift = kids
+        next_ids.append(cids)
+        next_starts.append(offset + row_at[rows] + shift)
+        for rs, rw in found_pieces:
+            pieces.append((rs, rw))
+            offset += int(rs.shape[0]) * L
+    if not next_ids:
+        return _Level(np.zeros(0, np.int64), np.zeros(0, np.int64), None, None)
+    xp = g.xp
+    samp = xp.concat([xp.reshape(rs, (-1,)) for rs, _ in pieces])
+    sampw = xp.concat([xp.reshape(rw, (-1,)) for _, rw in pieces])
+    return _Level(np.concatenate(next_ids), np.concatenate(next_starts), samp, sampw)
+
+
+def _search_block(g, level, blk):
+    """Best split of every node of a block (host summary, one row per node),
+    the nodes' known-constant features, and the device rows of entries sorted
+    along the chosen feature, with each node's offset in them.
+
+    Forest nodes whose drawn features hold constant ones re-draw those slots
+    and are searched again (only they), until no slot can be replaced."""
+    nb, L = len(blk.ids), blk.L
+    draw = _draw_features(g, blk) if g.subset else None
+    rows = np.arange(nb)
+    h, pieces, size = None, [], 0
+    row_at = np.zeros(nb, dtype=np.int64)
+    while True:
+        F = None if draw is None else draw.F[rows]
+        hr, rs, rw = _block_round(g, level, blk.rows(rows), F)
+        if h is None:
+            h = np.zeros((nb, hr.shape[1]))
+        h[rows] = hr
+        pieces.append((rs, rw))
+        row_at[rows] = size + np.arange(len(rows)) * L
+        size += len(rows) * L
+        if draw is None:
+            return h, None, pieces, row_at
+        rows = draw.replace_constant(rows, hr[:, hr.shape[1] - g.m :] > 0)
+        if not len(rows):
+            return h[:, : h.shape[1] - g.m], draw.known, pieces, row_at
+        g.stats["redraws"] += 1
+
+
+def _block_round(g, level, blk, F):
+    """One search of a block on the device: one upload (entry starts and
+    counts, drawn features; node means for regression), one download."""
+    xp = g.xp
+    dev = device(level.samp)
+    cols = [blk.starts[:, None], blk.lens[:, None]] + ([] if F is None else [F])
+    aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
+    ent = _gather_block(g, level, aux, blk.L, blk.ids)
+    nb = len(blk.ids)
+    if F is None:
+        Fd, vals, extra = (
+            xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d)),
+            None,
+            [],
+        )
+        chunk = max(1, g.budget // (nb * blk.L))
+    else:
+        Fd = aux[:, 2:]
+        vals, const = _gather_features(g, ent, Fd)
+        extra, chunk = [xp.astype(const, g.Xflat.dtype)], g.m
+    score, feat, p, thr = _best_split(g, ent, Fd, vals, chunk)
+    rs, rw, cols = _children_stats(g, ent, feat, p)
+    dtype = g.Xflat.dtype
+    head = xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype), thr], axis=1)
+    packed = xp.concat([head] + [xp.astype(c, dtype) for c in cols] + extra, axis=1)
+    return np.asarray(to_numpy(packed), dtype=np.float64), rs, rw
+
+
+def _gather_block(g, level, aux, L, ids):
+    """Each node's entries as one row of an (nb, L) block, padded with the
+    sentinel sample (weight 0)."""
+    xp = g.xp
+    nb = int(aux.shape[0])
+    dev = device(aux)
+    st_d, ln_d = aux[:, 0], aux[:, 1]
+    pos = xp.arange(L, dtype=st_d.dtype, device=dev)
+    valid = pos[None, :] < ln_d[:, None]
+    gi = xp.reshape(
+        xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None]),
+        (-1,),
+    )
+    sids = xp.where(valid, xp.reshape(xp.take(level.samp, gi), (nb, L)), g.sentinel)
+    ws = xp.where(
+        valid,
+        xp.reshape(xp.take(level.sampw, gi), (nb, L)),
+        xp.zeros((nb, L), dtype=level.sampw.dtype, device=dev),
+    )
+    mean = None
+    if not g.params.classification:
+        mu = g.table["stats"][ids, 0]
+        mean = xp.asarray(mu, dtype=g.Xflat.dtype, device=dev)
+    return _Entries(sids, ws, ln_d, valid, mean)
+
+
+def _gather_features(g, ent, F):
+    """Values (nb·m·L,) of the drawn features ``F`` (nb, m) at the block's
+    entries, and which of them are constant in the node (nb, m)."""
+    xp = g.xp
+    nb, L = ent.sids.shape
+    m = int(F.shape[1])
+    idx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, m, 1))
+    vals = xp.take(g.Xflat, xp.reshape(idx, (-1,)))
+    v3 = xp.reshape(vals, (nb, m, L))
+    ninf = xp.full((), -xp.inf, dtype=vals.dtype, device=device(vals))
+    hi = xp.max(xp.where(ent.valid[:, None, :], v3, ninf), axis=-1)
+    lo = xp.min(v3, axis=-1)  # padding is +inf
+    return vals, hi <= lo + FEATURE_THRESHOLD
+
+
+class _Draw:
+    """The random feature subsets of a block's nodes (host): the first ``m``
+    non-constant features of a random order per node (scikit-learn's rule:
+    constant features do not use up the draw). Features already known to be
+    constant in the node (inherited from its parent) go to the end of the
+    order; a drawn feature found constant is replaced by the next of the order."""
+
+    def __init__(self, g, blk):
+        d, m = g.d, g.m
+        trees = g.table["tree"][blk.ids]
+        keys = np.empty((len(blk.ids), d))
+        for t in np.unique(trees):
+            rows = np.nonzero(trees == t)[0]
+            keys[rows] = g.rngs[t].random((len(rows), d))
+        self.known = g.table["const"][blk.ids].copy()
+        self.order = np.argsort(keys + 2.0 * self.known, axis=1, kind="stable")
+        self.F = self.order[:, :m].copy()
+        self.nxt = np.full(len(blk.ids), m)
+        self.free = d - self.known.sum(axis=1)
+
+    def replace_constant(self, rows, const):
+        """Record the constant slots ``const`` (len(rows), m) found for
+        ``rows``; re-draw them in slot order while unknown features remain.
+        Returns the rows whose features changed."""
+        Fr = self.F[rows]
+        r2 = np.broadcast_to(rows[:, None], Fr.shape)
+        self.known[r2[const], Fr[const]] = True
+        need = np.minimum(
+            const.sum(axis=1), np.maximum(self.free[rows] - self.nxt[rows], 0)
+        )
+        for i in np.nonzero(need)[0]:
+            b, k = rows[i], need[i]
+            slots = np.nonzero(const[i])[0][:k]
+            self.F[b, slots] = self.order[b, self.nxt[b] : self.nxt[b] + k]
+            self.nxt[b] += k
+        return rows[need > 0]
+
+
+def _draw_features(g, blk):
+    return _Draw(g, blk)
+
+
+# ------------------------------------------------------------- split search
+def _xlogx(c, xp):
+    return c * xp.log(xp.where(c > 0, c, xp.ones_like(c)))
+
+
+def _best_split(g, ent, F, vals, chunk):
+    """:func:`_search` over the candidate features ``F`` (nb, f) in chunks of
+    ``chunk``, keeping the first best (ties go to the earlier feature)."""
+    xp = g.xp
+    m = int(F.shape[1])
+    best = None
+    for a in range(0, m, chunk):
+        res = _search(g, ent, F[:, a : min(m, a + chunk)], vals)
+        if best is None:
+            best = res
+        else:
+            better = res[0] > best[0]
+            best = tuple(xp.where(better, r, b) for r, b in zip(res, best))
+    return best
+
+
+def _sorted_columns(g, ent, F, vals):
+    """Values, sample ids and weights of features ``F`` (nb, f), each row
+    sorted by value: three (nb, f, L) arrays."""
+    xp = g.xp
+    nb, L = ent.sids.shape
+    f = int(F.shape[1])
+    dev = device(ent.sids)
+    if vals is None:
+        gidx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, f, 1))
+        vals = xp.take(g.Xflat, xp.reshape(gidx, (-1,)))
+    # ties need no order here: only positions between distinct values are scored
+    perm = xp.argsort(xp.reshape(vals, (nb, f, L)), axis=-1, stable=False)
+    rows = xp.arange(nb * f, dtype=perm.dtype, device=dev) * L
+    xs = xp.reshape(
+        xp.take(vals, xp.reshape(perm + xp.reshape(rows, (nb, f, 1)), (-1,))),
+        (nb, f, L),
+    )
+    nrow = xp.arange(nb, dtype=perm.dtype, device=dev) * L
+    flat = xp.reshape(perm + xp.reshape(nrow, (nb, 1, 1)), (-1,))
+    ss = xp.reshape(xp.take(xp.reshape(ent.sids, (-1,)), flat), (nb, f, L))
+    wsr = xp.reshape(xp.take(xp.reshape(ent.ws, (-1,)), flat), (nb, f, L))
+    return xs, ss, wsr
+
+
+def _class_scores(g, ss, wsr, wlr):
+    """Gini / entropy proxy at every position (maximised): Σ_k c_Lk²/W_L +
+    Σ_k c_Rk²/W_R, or Σ c log c − W log W over both children."""
+    xp, params = g.xp, g.params
+    wl, wr = wlr
+    yk = xp.reshape(xp.take(g.y, xp.reshape(ss, (-1,))), ss.shape)
+    zero = xp.zeros_like(wsr)
+    acc_l = acc_r = None
+    rest_l, rest_r = wl, wr
+    for k in range(params.n_classes):
+        if k < params.n_classes - 1:
+            ck = xp.cumulative_sum(xp.where(yk == k, wsr, zero), axis=-1)
+            rk = ck[..., -1:] - ck
+            rest_l, rest_r = rest_l - ck, rest_r - rk
+        else:  # the last class's counts are what the others leave
+            ck, rk = rest_l, rest_r
+        if params.criterion == "gini":
+            tl, tr = ck * ck, rk * rk
+        else:
+            tl, tr = _xlogx(ck, xp), _xlogx(rk, xp)
+        acc_l = tl if acc_l is None else acc_l + tl
+        acc_r = tr if acc_r is None else acc_r + tr
+    if params.criterion == "gini":
+        one = xp.ones_like(wl)
+        return acc_l / xp.where(wl > 0, wl, one) + acc_r / xp.where(wr > 0, wr, one)
+    return acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
+
+
+def _sse_scores(g, ss, wsr, wlr, mean):
+    """Variance proxy (maximised): S_L²/W_L + S_R²/W_R, ``S`` the cumulative
+    weighted sums of ``y − ȳ_node`` (centred per node: no cancellation)."""
+    xp = g.xp
+    wl, wr = wlr
+    nb = int(ss.shape[0])
+    yc = xp.reshape(xp.take(g.y, xp.reshape(ss, (-1,))), ss.shape)
+    yc = yc - xp.reshape(mean, (nb, 1, 1))
+    s1 = xp.cumulative_sum(wsr * yc, axis=-1)
+    r1 = s1[..., -1:] - s1
+    one = xp.ones_like(wl)
+    return s1 * s1 / xp.where(wl > 0, wl, one) + r1 * r1 / xp.where(wr > 0, wr, one)
+
+
+def _search(g, ent, F, vals):
+    """Best split among features ``F`` (nb, f) for a block of nb nodes.
+
+    Returns device arrays (nb,): proxy score (−inf when no valid split), chosen
+    feature, position ``p`` (the left child holds sorted positions ``0..p``)
+    and threshold.
+    """
+    xp = g.xp
+    xs, ss, wsr = _sorted_columns(g, ent, F, vals)
+    wl = xp.cumulative_sum(wsr, axis=-1)
+    wr = wl[..., -1:] - wl
+    if g.params.classification:
+        score = _class_scores(g, ss, wsr, (wl, wr))
+    else:
+        score = _sse_scores(g, ss, wsr, (wl, wr), ent.mean)
+    return _pick(g, ent, F, xs, score)
+
+
+def _pick(g, ent, F, xs, score):
+    """Mask invalid positions (not between distinct neighbours, or a child
+    smaller than ``min_samples_leaf``) and take each node's best."""
+    xp = g.xp
+    nb, f, L = xs.shape
+    dev = device(xs)
+    ln = xp.reshape(ent.lens, (nb, 1, 1))
+    p3 = xp.reshape(xp.arange(L, dtype=ent.lens.dtype, device=dev), (1, 1, L))
+    msl = g.params.min_samples_leaf
+    ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
+    distinct = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
+    distinct = xp.concat(
+        [distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1
+    )
+    ninf = xp.full((), -xp.inf, dtype=score.dtype, device=dev)
+    score2 = xp.reshape(xp.where(ok & distinct, score, ninf), (nb, f * L))
+    bi = xp.argmax(score2, axis=-1)
+    best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
+    xs_flat = xp.reshape(xs, (-1,))
+    nrow = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L)
+    x0 = xp.take(xs_flat, bi + nrow)
+    x1 = xp.take(xs_flat, xp.clip(bi + 1, max=f * L - 1) + nrow)
+    thr = x0 / 2 + x1 / 2
+    thr = xp.where((thr == x1) | xp.isinf(thr) | xp.isnan(thr), x0, thr)
+    feat = xp.take_along_axis(F, (bi // L)[:, None], axis=-1)[:, 0]
+    return best, feat, bi % L, thr
+
+
+def _children_stats(g, ent, feat, p):
+    """Sort each node's entries along its chosen feature; statistics of the
+    left part (positions ``<= p``) and of the whole node."""
+    xp, params = g.xp, g.params
+    nb, L = ent.sids.shape
+    dev = device(ent.sids)
+    pos = xp.arange(L, dtype=ent.sids.dtype, device=dev)
+    idx = xp.reshape(ent.sids * g.d + feat[:, None], (-1,))
+    v = xp.reshape(xp.take(g.Xflat, idx), (nb, L))
+    perm = xp.argsort(v, axis=-1, stable=True)
+    rs = xp.take_along_axis(ent.sids, perm, axis=-1)
+    rw = xp.take_along_axis(ent.ws, perm, axis=-1)
+    rwl = xp.where(pos[None, :] <= p[:, None], rw, xp.zeros_like(rw))
+    ys = xp.reshape(xp.take(g.y, xp.reshape(rs, (-1,))), (nb, L))
+    if params.classification:
+        ks = xp.arange(params.n_classes, dtype=ys.dtype, device=dev)
+        oh = xp.astype(ys[:, :, None] == ks[None, None, :], rw.dtype)
+        cl = xp.sum(oh * rwl[:, :, None], axis=1)
+        ct = xp.sum(oh * rw[:, :, None], axis=1)
+        return rs, rw, [cl, ct]
+    yc = ys - ent.mean[:, None]
+    sums = [xp.sum(t, axis=1) for w in (rwl, rw) for t in (w, w * yc, w * yc * yc)]
+    return rs, rw, [xp.stack(sums, axis=1)]
+
+
+# --------------------------------------------------------------- acceptance
+def _accept(g, blk, h, known):
+    """Keep the splits whose weighted impurity decrease reaches
+    ``min_impurity_decrease``: their children join the table. Returns the open
+    children's ids, the block rows they come from and where they start in the
+    row (0 for a left child, ``p + 1`` for a right one), or None."""
+    table, params = g.table, g.params
+    nid = blk.ids
+    hp = h[:, 2].astype(np.int64)
+    stl, str_, wl, wr = _child_stats_host(
+        h[:, 4:], params.n_classes, table["stats"][nid, 0]
+    )
+    imp_l = _impurity_host(stl, wl, params)
+    imp_r = _impurity_host(str_, wr, params)
+    trees = table["tree"][nid]
+    parent = table["W"][nid] * table["impurity"][nid]
+    decrease = (parent - wl * imp_l - wr * imp_r) / g.W_root[trees]
+    accept = np.isfinite(h[:, 0]) & (decrease + EPSILON >= params.min_impurity_decrease)
+    if not accept.any():
+        return None
+    a = np.nonzero(accept)[0]
+    c_n = _interleave(hp[a] + 1, blk.lens[a] - hp[a] - 1)
+    c_stats = _interleave(stl[a], str_[a])
+    c_W = _interleave(wl[a], wr[a])
+    c_imp = _interleave(imp_l[a], imp_r[a])
+    c_depth = np.repeat(table["depth"][nid[a]] + 1, 2)
+    extra = {} if known is None else {"const": np.repeat(known[a], 2, axis=0)}
+    cids = table.add(
+        tree=np.repeat(trees[a], 2),
+        depth=c_depth,
+        n=c_n,
+        W=c_W,
+        stats=c_stats,
+        impurity=c_imp,
+        **extra,
+    )
+    pid = nid[a]
+    table.cols["feature"][pid] = h[a, 1].astype(np.int64)
+    table.cols["threshold"][pid] = h[a, 3]
+    table.cols["left"][pid] = cids[0::2]
+    table.cols["right"][pid] = cids[1::2]
+    c_open = _splittable(c_depth, c_n, c_stats, c_W, c_imp, params)
+    if not c_open.any():
+        return None
+    shift = _interleave(np.zeros(len(a), np.int64), hp[a] + 1)
+    return cids[c_open], np.repeat(a, 2)[c_open], shift[c_open]
+
+
+def _child_stats_host(h, K, node_mean):
+    """Children's statistics from the packed device summary: class counts, or
+    ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``."""
+    if K:
+        cl, ct = h[:, :K], h[:, K : 2 * K]
+        cr = np.maximum(ct - cl, 0.0)
+        return cl, cr, cl.sum(1), cr.sum(1)
+    w_l, s1l, s2l, w_t, s1t, s2t = h[:, :6].T
+    out = []
+    for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
+        ws = np.where(w > 0, w, 1.0)
+        out.append(
+            np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1)
+        )
+    return out[0], out[1], w_l, w_t - w_l
+
+
+def _interleave(a, b):
+    """``[a0, b0, a1, b1, ...]`` along the first axis."""
+    out = np.empty((2 * len(a),) + a.shape[1:], dtype=np.result_type(a, b))
+    out[0::2], out[1::2] = a, b
+    return out
+
+
+# ----------------------------------------------------------- block planning
+def _block_len(n):
+    """Padded block length for nodes of ``n`` samples: 2^k or 1.5·2^k (at most
+    a third of a block is padding)."""
+    n = np.maximum(n, 2)
+    p = 1 << np.ceil(np.log2(n)).astype(np.int64)
+    three_q = (3 * p) // 4
+    return np.where((n <= three_q) & (p >= 4), three_q, p)
 
 
 def _plan_blocks(lens, m, budget, merge=1 << 12):
@@ -514,123 +763,6 @@ def _plan_blocks(lens, m, budget, merge=1 << 12):
     return blocks
 
 
-def _gather_block(samp, sampw, starts, lens, L, sentinel, xp):
-    """Each node's entries as one row of an (nb, L) block, padded with the
-    sentinel sample (weight 0)."""
-    nb = len(lens)
-    dev = array_api_compat.device(samp)
-    aux = xp.asarray(np.stack([starts, lens], axis=1), device=dev)
-    st_d, ln_d = aux[:, 0], aux[:, 1]
-    pos = xp.arange(L, dtype=st_d.dtype, device=dev)
-    valid = pos[None, :] < ln_d[:, None]
-    gi = xp.reshape(
-        xp.where(valid, st_d[:, None] + pos[None, :], xp.zeros_like(st_d)[:, None]),
-        (-1,),
-    )
-    sids = xp.where(valid, xp.reshape(xp.take(samp, gi), (nb, L)), sentinel)
-    ws = xp.where(
-        valid,
-        xp.reshape(xp.take(sampw, gi), (nb, L)),
-        xp.zeros((nb, L), dtype=sampw.dtype, device=dev),
-    )
-    return sids, ws, ln_d, pos, valid
-
-
-def _best_split(Xflat, d, y, sids, ws, ln_d, F, mean, params, xp, *, vals, chunk):
-    """:func:`_search` over the candidate features in chunks of ``chunk``,
-    keeping the first best (ties go to the earlier feature)."""
-    m = int(F.shape[1])
-    best = None
-    for a in range(0, m, chunk):
-        res = _search(
-            Xflat,
-            d,
-            y,
-            sids,
-            ws,
-            ln_d,
-            F[:, a : min(m, a + chunk)],
-            mean,
-            params,
-            xp,
-            vals=vals,
-        )
-        if best is None:
-            best = res
-        else:
-            better = res[0] > best[0]
-            best = tuple(xp.where(better, r, b) for r, b in zip(res, best))
-    return best
-
-
-def _child_stats_host(h, K, node_mean):
-    """Children's statistics from the packed device summary: class counts, or
-    ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``."""
-    if K:
-        cl, ct = h[:, :K], h[:, K : 2 * K]
-        cr = np.maximum(ct - cl, 0.0)
-        return cl, cr, cl.sum(1), cr.sum(1)
-    w_l, s1l, s2l, w_t, s1t, s2t = h[:, :6].T
-    out = []
-    for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
-        ws = np.where(w > 0, w, 1.0)
-        out.append(
-            np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1)
-        )
-    return out[0], out[1], w_l, w_t - w_l
-
-
-def _interleave(a, b):
-    """``[a0, b0, a1, b1, ...]`` along the first axis."""
-    out = np.empty((2 * len(a),) + a.shape[1:], dtype=np.result_type(a, b))
-    out[0::2], out[1::2] = a, b
-    return out
-
-
-def _draw_features(Xflat, d, sids, lens, trees, rngs, m, known, xp):
-    """A fresh random subset of ``m`` features per node: the first ``m``
-    non-constant features of a random order (scikit-learn's rule: constant
-    features do not use up the draw). ``known`` (nb, d) marks features already
-    known to be constant in the node (inherited from its parent); they go to the
-    end of the order. Only the slots that hit a constant feature are re-drawn,
-    so continuous data costs one gather of ``m`` features.
-
-    Returns the features (nb, m), their gathered values and the updated
-    ``known``."""
-    nb, L = sids.shape
-    dev = array_api_compat.device(sids)
-    keys = np.empty((nb, d))
-    for t in np.unique(trees):
-        rows = np.nonzero(trees == t)[0]
-        keys[rows] = rngs[t].random((len(rows), d))
-    known = known.copy()
-    order = np.argsort(keys + 2.0 * known, axis=1, kind="stable")
-    F = order[:, :m].copy()
-    nxt = np.full(nb, m)
-    free_total = d - known.sum(axis=1)
-    pos = xp.arange(L, dtype=sids.dtype, device=dev)
-    ninf = xp.asarray(-xp.inf, dtype=Xflat.dtype, device=dev)
-    valid = (pos[None, :] < xp.asarray(lens, device=dev)[:, None])[:, None, :]
-    rows = np.arange(nb)[:, None]
-    while True:
-        Fd = xp.asarray(F, device=dev)
-        g = xp.reshape(sids, (nb, 1, L)) * d + xp.reshape(Fd, (nb, m, 1))
-        vals = xp.take(Xflat, xp.reshape(g, (-1,)))
-        v3 = xp.reshape(vals, (nb, m, L))
-        hi = xp.max(xp.where(valid, v3, ninf), axis=-1)
-        lo = xp.min(v3, axis=-1)  # padding is +inf
-        const = to_numpy(hi <= lo + FEATURE_THRESHOLD)
-        known[np.broadcast_to(rows, F.shape)[const], F[const]] = True
-        # replace constant slots (in slot order) while unknown features remain
-        need = np.minimum(const.sum(axis=1), np.maximum(free_total - nxt, 0))
-        if not need.any():
-            return Fd, vals, known
-        for b in np.nonzero(need)[0]:
-            slots = np.nonzero(const[b])[0][: need[b]]
-            F[b, slots] = order[b, nxt[b] : nxt[b] + need[b]]
-            nxt[b] += need[b]
-
-
 def _split_trees(table, R, params):
     tree_of = table["tree"]
     out = []
@@ -660,58 +792,98 @@ def _split_trees(table, R, params):
     return out
 
 
-# ------------------------------------------------------------------ routing
-def route(
-    X, feature, threshold, left, right, depth, *, xp, roots=None, compact_every=8
-):
-    """Leaf reached by every row of ``X``: ``(n,)``, or ``(T, n)`` for ``T``
-    trees stored one after another with their roots at ``roots``.
+def segment_sum(ids, weights, n_bins, *, xp):
+    """``out[b] = Σ weights[ids == b]`` (a portable ``bincount`` by sorting)."""
+    order = xp.argsort(ids, stable=True)
+    sid = xp.take(ids, order)
+    cw = xp.cumulative_sum(xp.take(weights, order), include_initial=True)
+    edges = xp.arange(n_bins + 1, dtype=sid.dtype, device=device(ids))
+    bounds = xp.searchsorted(sid, edges)
+    return xp.take(cw, bounds[1:]) - xp.take(cw, bounds[:-1])
 
-    Leaves loop back to themselves (feature 0, threshold +inf, both children
-    the leaf), so a step is four gathers and a comparison with no branch; every
-    ``compact_every`` steps the rows that reached a leaf are set aside and the
-    rest continue (their results are put back in order by one final sort).
+
+# ------------------------------------------------------------------ routing
+@dataclasses.dataclass(frozen=True)
+class RoutingTable:
+    """One or many trees ready to be walked (all arrays in one namespace).
+
+    Trees are stored one after another; ``roots`` (T,) holds their root
+    nodes and ``depths`` (T,, host) their depths. Leaves loop back to
+    themselves (feature 0, threshold +inf, both children the leaf), so a
+    step is four gathers and a comparison with no branch.
+    """
+
+    feature: Any  # (N,) split feature, 0 at leaves
+    threshold: Any  # (N,) threshold, +inf at leaves
+    kids: Any  # (2N,) left and right child of each node, interleaved
+    leaf: Any  # (N,) bool
+    roots: Any  # (T,)
+    depths: np.ndarray
+
+    def to(self, xp, dev):
+        """The same table with its arrays in namespace ``xp`` on ``dev``."""
+        from xpml._backend import move
+
+        arrays = [self.feature, self.threshold, self.kids, self.leaf, self.roots]
+        return RoutingTable(*[move(a, xp, dev) for a in arrays], self.depths)
+
+
+def routing_table(feature, threshold, left, right, depths, *, xp, roots=None):
+    """A :class:`RoutingTable` from scikit-learn-style node arrays (children −1
+    at leaves, children indices global when several trees are concatenated)."""
+    dev = device(feature)
+    leaf = left < 0
+    self_ids = xp.arange(int(feature.shape[0]), dtype=feature.dtype, device=dev)
+    f = xp.where(leaf, xp.zeros_like(feature), feature)
+    inf = xp.full((), xp.inf, dtype=threshold.dtype, device=dev)
+    kids = xp.stack(
+        [xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)], axis=1
+    )
+    if roots is None:
+        roots = xp.zeros(1, dtype=feature.dtype, device=dev)
+    return RoutingTable(
+        f,
+        xp.where(leaf, inf, threshold),
+        xp.reshape(kids, (-1,)),
+        leaf,
+        roots,
+        np.atleast_1d(np.asarray(depths, dtype=np.int64)),
+    )
+
+
+def route(X, table, *, xp, trees=None, compact_every=8):
+    """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
+    the table's trees, default all): an array (T, n).
+
+    On NumPy the rows that reached a leaf are set aside every ``compact_every``
+    steps and the rest continue (a boolean mask costs nothing on the host);
+    other libraries walk every row for the full depth, with no host sync.
     """
     n, d = int(X.shape[0]), int(X.shape[1])
-    dev = array_api_compat.device(X)
-    idt = feature.dtype
+    trees = slice(None) if trees is None else trees
+    roots = table.roots[trees]
+    depth = int(table.depths[trees].max())
+    T = int(roots.shape[0])
+    dev = device(X)
+    idt = table.feature.dtype
     Xflat = xp.reshape(X, (-1,))
-    leaf = feature < 0
-    n_nodes = int(feature.shape[0])
-    self_ids = xp.arange(n_nodes, dtype=idt, device=dev)
-    f = xp.where(leaf, xp.zeros_like(feature), feature)
-    inf = xp.asarray(xp.inf, dtype=threshold.dtype, device=dev)
-    thr = xp.where(leaf, inf, threshold)
-    kids = xp.reshape(
-        xp.stack(
-            [xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)], axis=1
-        ),
-        (-1,),
-    )
-    base = xp.arange(n, dtype=idt, device=dev) * d
-    T = 1 if roots is None else int(roots.shape[0])
-    if roots is None:
-        node = xp.zeros(n, dtype=idt, device=dev)
-    else:
-        node = xp.reshape(
-            roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,)
-        )
-        base = xp.reshape(xp.broadcast_to(base[None, :], (T, n)), (-1,))
-    slot = xp.arange(T * n, dtype=idt, device=dev)
+    node = xp.reshape(roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,))
+    base = xp.arange(n, dtype=idt, device=dev)[None, :] * d
+    base = xp.reshape(base + xp.zeros((T, 1), dtype=idt, device=dev), (-1,))
+    compact = is_numpy_namespace(xp) and depth > compact_every
+    slot = xp.arange(T * n, dtype=idt, device=dev) if compact else None
     done_slot, done_node = [], []
     for step in range(depth):
-        xv = xp.take(Xflat, base + xp.take(f, node))
-        node = xp.take(kids, 2 * node + xp.astype(xv > xp.take(thr, node), idt))
-        if (step + 1) % compact_every == 0 and step + 1 < depth:
-            fin = xp.take(leaf, node)
+        xv = xp.take(Xflat, base + xp.take(table.feature, node))
+        right = xp.astype(xv > xp.take(table.threshold, node), idt)
+        node = xp.take(table.kids, 2 * node + right)
+        if compact and (step + 1) % compact_every == 0 and step + 1 < depth:
+            fin = xp.take(table.leaf, node)
             done_slot.append(slot[fin])
             done_node.append(node[fin])
             keep = ~fin
             slot, node, base = slot[keep], node[keep], base[keep]
     if done_slot:
         slot = xp.concat(done_slot + [slot])
-        node = xp.concat(done_node + [node])
-        node = xp.take(node, xp.argsort(slot))
-    if roots is not None:
-        node = xp.reshape(node, (T, n))
-    return node
+        node = xp.take(xp.concat(done_node + [node]), xp.argsort(slot))
+    return xp.reshape(node, (T, n))

@@ -1,0 +1,150 @@
+"""Fitted trees stacked for prediction: one routing table on the device.
+
+The trees of an estimator (one tree, a forest, the members of a boosting or
+bagging ensemble) are concatenated into one :class:`~xpml.tree._grow.RoutingTable`
+(children indices shifted, roots recorded) and their leaf values into one
+array, built once and kept in the estimator's ``_cache_stack`` attribute
+(neither pickled nor saved). Prediction then walks all trees of a chunk at
+once and never re-uploads a fitted array; the stack is rebuilt only when the
+fitted arrays change (refit, pruning, load) or the call computes on another
+namespace or device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import array_api_compat.numpy as hnp
+import numpy as np
+
+from xpml._backend import move, to_numpy
+from xpml.tree._grow import RoutingTable, route, routing_table
+from xpml.utils._array_api import namespace_name
+
+__all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
+
+TREE_ARRAYS = (
+    "feature",
+    "threshold",
+    "children_left",
+    "children_right",
+    "value",
+    "impurity",
+    "n_node_samples",
+    "weighted_n_node_samples",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeStack:
+    """Trees ready to predict: routing table and leaf values ``(N, ...)`` in
+    one namespace, the fitted arrays they were built from (``sources``), and
+    where they live (``where``)."""
+
+    table: RoutingTable
+    value: Any
+    sources: tuple
+    where: tuple
+
+    @property
+    def n_trees(self):
+        return int(self.table.roots.shape[0])
+
+    def leaves(self, X, *, xp, trees=None):
+        """Leaf of every row of ``X`` in every tree (a slice): (T, n)."""
+        return route(X, self.table, xp=xp, trees=trees)
+
+    def chunks(self, X, *, xp, max_elements=1 << 19):
+        """Yield ``(first tree, leaf values (T_c, n, ...))`` over chunks of
+        trees holding about ``max_elements`` (tree, row, value) entries each:
+        small enough to stay in cache on a CPU."""
+        n = int(X.shape[0])
+        k = int(self.value.shape[1]) if len(self.value.shape) == 2 else 1
+        per_chunk = max(1, max_elements // max(1, n * k))
+        for a in range(0, self.n_trees, per_chunk):
+            b = min(self.n_trees, a + per_chunk)
+            leaves = self.leaves(X, xp=xp, trees=slice(a, b))
+            rows = xp.take(self.value, xp.reshape(leaves, (-1,)), axis=0)
+            yield a, xp.reshape(rows, (b - a, n) + tuple(rows.shape[1:]))
+
+
+def host_tree(est) -> dict:
+    """A fitted tree estimator's arrays as host NumPy (a dict, plus ``max_depth``)."""
+    t = {k: to_numpy(getattr(est, f"tree_{k}_")) for k in TREE_ARRAYS}
+    t["max_depth"] = est.max_depth_
+    return t
+
+
+def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
+    """Stack host trees (dicts of NumPy arrays) and move them to ``xp`` on
+    ``dev`` in one upload; thresholds and values in ``np_dtype``
+    (default: the trees' own)."""
+    sizes = np.asarray([len(t["feature"]) for t in trees], dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+    def shifted(key):
+        return np.concatenate(
+            [np.where(t[key] >= 0, t[key] + o, t[key]) for t, o in zip(trees, offs)]
+        ).astype(np.int64)
+
+    thr = np.concatenate([t["threshold"] for t in trees])
+    value = np.concatenate([t["value"] for t in trees], axis=0)
+    if np_dtype is not None:
+        thr, value = thr.astype(np_dtype), value.astype(np_dtype)
+    host = routing_table(
+        np.concatenate([t["feature"] for t in trees]).astype(np.int64),
+        thr,
+        shifted("children_left"),
+        shifted("children_right"),
+        np.asarray([t["max_depth"] for t in trees]),
+        xp=hnp,
+        roots=offs,
+    )
+    return TreeStack(*_upload(host, value, xp, dev), tuple(sources), _where(xp, dev))
+
+
+def _upload(host, value, xp, dev):
+    """Move a host table and values in one upload: node indices ride in the
+    float array when it holds them exactly (else a second, integer upload)."""
+    N, T = int(host.feature.shape[0]), int(host.roots.shape[0])
+    ints = np.concatenate([host.feature, host.kids, host.roots])
+    floats = np.concatenate([host.threshold, value.reshape(-1)])
+    exact = 2 ** (np.finfo(floats.dtype).nmant + 1)
+    if ints.size and int(ints.max()) < exact:
+        both = move(np.concatenate([floats, ints.astype(floats.dtype)]), xp, dev)
+        flts, ints = both[: floats.size], xp.astype(both[floats.size :], xp.int64)
+    else:
+        flts, ints = move(floats, xp, dev), move(ints, xp, dev)
+    kids = ints[N : 3 * N]
+    leaf = kids[0::2] == xp.arange(N, dtype=kids.dtype, device=dev)  # self-loops
+    table = RoutingTable(
+        ints[:N], flts[:N], kids, leaf, ints[3 * N : 3 * N + T], host.depths
+    )
+    return table, xp.reshape(flts[N:], value.shape)
+
+
+def _where(xp, dev):
+    return (namespace_name(xp), str(dev))
+
+
+def cached_stack(owner, members, ctx, values=None) -> TreeStack:
+    """``owner``'s stack of the fitted trees ``members`` in the compute
+    namespace of ``ctx``: the cached one while it is current, else built
+    (one upload) and cached. ``values(t, tree)``, when given, replaces the
+    leaf values of member ``t`` (host arrays)."""
+    stack = getattr(owner, "_cache_stack", None)
+    sources = tuple(m.tree_feature_ for m in members)
+    if (
+        stack is not None
+        and stack.where == _where(ctx.xp, ctx.device)
+        and len(stack.sources) == len(sources)
+        and all(a is b for a, b in zip(stack.sources, sources))
+    ):
+        return stack
+    trees = [host_tree(m) for m in members]
+    if values is not None:
+        trees = [{**tr, "value": values(t, tr)} for t, tr in enumerate(trees)]
+    stack = stack_trees(trees, ctx.xp, ctx.device, sources)
+    owner._cache_stack = stack
+    return stack
