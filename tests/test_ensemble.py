@@ -76,14 +76,19 @@ def test_random_forest_regressor_close_to_sklearn():
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(600, 6))
     y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.normal(size=600)
-    ours = RandomForestRegressor(50, random_state=0, oob_score=True).fit(
-        X[:400], y[:400]
-    )
+    ours = RandomForestRegressor(
+        50, max_features=1 / 3, random_state=0, oob_score=True
+    ).fit(X[:400], y[:400])
     ref = SkForestReg(50, max_features=1 / 3, random_state=0).fit(X[:400], y[:400])
     r2, r2_ref = ours.score(X[400:], y[400:]), ref.score(X[400:], y[400:])
     assert abs(r2 - r2_ref) <= 0.03, (r2, r2_ref)
     assert abs(ours.oob_score_ - r2) <= 0.05
     assert all(t.max_features == 1 / 3 for t in ours.estimators_)
+    # the default searches every feature, as scikit-learn's
+    assert RandomForestRegressor().max_features == SkForestReg().max_features == 1.0
+    full = RandomForestRegressor(50, random_state=0).fit(X[:400], y[:400])
+    ref = SkForestReg(50, random_state=0).fit(X[:400], y[:400])
+    assert abs(full.score(X[400:], y[400:]) - ref.score(X[400:], y[400:])) <= 0.03
 
 
 def test_forest_uses_a_fresh_feature_subset_per_node():
@@ -259,3 +264,123 @@ def test_adaboost_with_shallow_trees_and_multiclass_votes():
     P = ada.predict_proba(Xte)
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
     np.testing.assert_array_equal(ada.classes_[P.argmax(axis=1)], ada.predict(Xte))
+
+
+# ------------------------------------------------------------------ issue 13
+def _torch_backend():
+    pytest.importorskip("torch")
+    import xpml
+
+    return xpml.backend("torch")
+
+
+def test_forest_fit_syncs_per_node_block_and_predict_uploads_nothing():
+    """Under torch: <= 3 host syncs + uploads per block of nodes searched
+    together (forest fit), and prediction re-uploads no fitted array; all
+    trees are walked in one batched traversal."""
+    from xpml.testing import count_syncs
+    from xpml.tree import _stack
+
+    Xtr, Xte, ytr, _ = _split("breast_cancer", 0)
+    with _torch_backend():
+        with count_syncs() as c:
+            rf = RandomForestClassifier(20, random_state=0).fit(Xtr, ytr)
+        blocks = rf._grow_stats["node_blocks"]
+        assert blocks > 20
+        assert c.syncs + c.uploads <= 3 * blocks + 10, (dict(c.by_kind), blocks)
+        calls = []
+        walk = _stack.route
+        _stack.route = lambda *a, **k: calls.append(1) or walk(*a, **k)
+        try:
+            with count_syncs() as c:
+                P = rf.predict_proba(Xte)
+        finally:
+            _stack.route = walk
+    assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+    assert len(calls) == 1  # one walk for all 20 trees
+    ref = np.mean([t.predict_proba(Xte) for t in rf.estimators_], axis=0)
+    np.testing.assert_allclose(P, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [BaggingRegressor, AdaBoostClassifier])
+def test_ensemble_predict_uploads_no_fitted_array(make):
+    from xpml.testing import count_syncs
+
+    Xtr, Xte, ytr, _ = _split("wine", 0)
+    with _torch_backend():
+        est = make(n_estimators=6, random_state=0).fit(Xtr, ytr)
+        est.predict(Xte)  # the first call may stack the trees on the device
+        with count_syncs() as c:
+            est.predict(Xte)
+    assert c.uploads == 0 and c.by_kind["upload_fitted"] == 0, dict(c.by_kind)
+
+
+# ------------------------------------------------------------------ issue 12
+def test_forest_importances_sum_to_one_with_trees_without_a_split():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = np.zeros(60, dtype=int)
+    y[:2] = 1  # most bootstrap samples hold one class: trees without a split
+    rf = RandomForestClassifier(30, random_state=0).fit(X, y)
+    split = [t.feature_importances_ for t in rf.estimators_ if t.node_count_ > 1]
+    assert 0 < len(split) < 30
+    ref = np.mean(split, axis=0)
+    np.testing.assert_allclose(rf.feature_importances_, ref / ref.sum(), rtol=1e-12)
+    np.testing.assert_allclose(np.sum(rf.feature_importances_), 1.0)
+
+
+@pytest.mark.parametrize(
+    "est", [RandomForestClassifier(3), BaggingRegressor(), AdaBoostClassifier()]
+)
+def test_unfitted_feature_importances_raise_not_fitted(est):
+    from xpml.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        _ = est.feature_importances_
+    assert not hasattr(DecisionTreeClassifier(), "feature_importances_")
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "wine"])
+def test_adaboost_decision_function_is_sklearns_samme(name):
+    """Same stumps as scikit-learn (checked through the votes), hence the same
+    SAMME scores (rows summing to 0) and probabilities, to 1e-8."""
+    Xtr, Xte, ytr, _ = _split(name, 0)
+    ours = AdaBoostClassifier(n_estimators=8).fit(Xtr, ytr)
+    ref = SkAda(SkTree(max_depth=1), n_estimators=8, random_state=0).fit(Xtr, ytr)
+    T = len(ours.estimators_)
+    assert T == len(ref.estimators_)
+    for m, r in zip(ours.estimators_, ref.estimators_):
+        np.testing.assert_array_equal(m.predict(Xte), r.predict(Xte))
+    np.testing.assert_allclose(
+        ours.decision_function(Xte), ref.decision_function(Xte), rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        ours.predict_proba(Xte), ref.predict_proba(Xte), rtol=1e-8, atol=1e-12
+    )
+    if name == "wine":
+        np.testing.assert_allclose(
+            ours.decision_function(Xte).sum(axis=1), 0, atol=1e-12
+        )
+
+
+def test_any_estimator_with_fit_and_predict_is_a_member():
+    """scikit-learn estimators and Pipelines: sample weights routed where
+    ``fit`` takes them (LogisticRegression), drawn rows otherwise (Pipeline)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    Xtr, Xte, ytr, yte = _split("breast_cancer", 0)
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))
+    for est in (LogisticRegression(max_iter=5000), pipe):
+        ref = est.fit(Xtr, ytr).score(Xte, yte)
+        bag = BaggingClassifier(est, n_estimators=5, random_state=0).fit(Xtr, ytr)
+        assert type(bag.estimators_[0]) is type(est)
+        assert abs(bag.score(Xte, yte) - ref) <= 0.04
+    ours = AdaBoostClassifier(n_estimators=20).fit(Xtr, ytr)
+    for member in (SkTree(max_depth=1), make_pipeline(SkTree(max_depth=1))):
+        ada = AdaBoostClassifier(member, n_estimators=20, random_state=0).fit(Xtr, ytr)
+        assert abs(ada.score(Xte, yte) - ours.score(Xte, yte)) <= 0.03
+    w = np.ones(len(ytr))
+    with pytest.raises(ValueError, match="sample_weight"):
+        BaggingClassifier(pipe, n_estimators=2).fit(Xtr, ytr, sample_weight=w)

@@ -272,3 +272,82 @@ def test_export_text_truncates():
         for s in range(10)
     ]
     assert text in refs
+
+
+# ------------------------------------------------------------------ issue 13
+def test_fit_syncs_per_node_block_and_predict_uploads_nothing():
+    """Under torch: one upload and one download per block of nodes searched
+    together (two uploads for regression: the node means), a handful more per
+    fit; prediction reuses the tree kept on the device."""
+    pytest.importorskip("torch")
+    import xpml
+    from xpml.testing import count_syncs
+
+    X, y = _data("breast_cancer")
+    with xpml.backend("torch"):
+        for est, target in (
+            (DecisionTreeClassifier(), y),
+            (DecisionTreeRegressor(), X[:, 0] + y),
+            (DecisionTreeClassifier(max_features=5, random_state=0), y),
+        ):
+            with count_syncs() as c:
+                est.fit(X, target)
+            blocks = est._grow_stats["node_blocks"] + est._grow_stats["redraws"]
+            assert blocks >= est.max_depth_
+            assert c.syncs <= blocks + 3, (dict(c.by_kind), blocks)
+            assert c.syncs + c.uploads <= 3 * blocks + 3, (dict(c.by_kind), blocks)
+            est.predict(X)
+            with count_syncs() as c:
+                est.predict(X)
+            assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+
+
+def test_block_size_does_not_change_the_tree():
+    """The work budget only regroups nodes into blocks: the tree is the same."""
+    from xpml.tree import _grow
+
+    X, y = _data("digits")
+    ref = DecisionTreeClassifier(max_features=8, random_state=0).fit(X, y)
+    small = _grow.work_elements
+    _grow.work_elements = lambda dtype, xp: 1 << 12
+    try:
+        got = DecisionTreeClassifier(max_features=8, random_state=0).fit(X, y)
+    finally:
+        _grow.work_elements = small
+    assert got._grow_stats["node_blocks"] > ref._grow_stats["node_blocks"]
+    for k in ("feature", "threshold", "children_left", "value"):
+        np.testing.assert_array_equal(
+            getattr(got, f"tree_{k}_"), getattr(ref, f"tree_{k}_")
+        )
+
+
+def test_pruning_counts_validation_errors_on_every_path_node():
+    """The per-node validation errors that drive pruning equal a direct count:
+    points whose path passes through the node, misclassified by its majority."""
+    X, y = _noisy(3)
+    clf = DecisionTreeClassifier(max_depth=6).fit(X[:400], y[:400])
+    Xv, yv = X[400:], y[400:]
+    from xpml._backend import enter
+
+    ctx, (Xd,) = enter(Xv)
+    t = clf._host_tree()
+    err = clf._errors_as_leaf(ctx, Xd, np.asarray(yv, dtype=np.int64), t)
+    leaves = clf.apply(Xv)
+    parent = {int(c): i for i, c in enumerate(t["children_left"]) if c >= 0}
+    parent.update({int(c): i for i, c in enumerate(t["children_right"]) if c >= 0})
+    direct = np.zeros(len(t["feature"]))
+    for leaf, label in zip(leaves, yv):
+        v = int(leaf)
+        while True:
+            direct[v] += np.argmax(t["value"][v]) != label
+            if v == 0:
+                break
+            v = parent[v]
+    np.testing.assert_array_equal(err, direct)
+
+
+def test_unfitted_feature_importances_raise_not_fitted():
+    from xpml.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        _ = DecisionTreeRegressor().feature_importances_

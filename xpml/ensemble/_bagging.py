@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
-from xpml.ensemble._base import parallel_map, progress_bar, stacked_leaves
+from xpml.ensemble._base import (
+    FitPredict,
+    Training,
+    fit_member,
+    member_predict,
+    parallel_map,
+    progress_bar,
+    takes_sample_weight,
+)
 from xpml.tree._classes import (
     DecisionTreeClassifier,
     DecisionTreeRegressor,
     _BaseDecisionTree,
 )
 from xpml.tree._grow import grow
+from xpml.tree._stack import cached_stack, stack_trees
+from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_random_state, decode_labels
+from xpml.utils.validation import check_is_fitted, check_random_state, decode_labels
 
 __all__ = [
     "BaggingClassifier",
@@ -40,22 +52,36 @@ def _bootstrap_counts(n, n_draw, bootstrap, seed):
     return counts, rng
 
 
-def _full_proba(est, X, K, ctx):
+def _full_proba(est, data, K):
     """``predict_proba`` of a member fitted on a subset of the class codes,
-    spread to all K classes."""
-    xp = ctx.xp
+    spread to all K classes (one-hot predictions without ``predict_proba``)."""
+    xp, dev = data.ctx.xp, data.ctx.device
     cls = to_numpy(est.classes_).astype(np.int64)
     if hasattr(est, "predict_proba"):
-        P = est.predict_proba(X)
+        P = member_predict(est, data, "predict_proba")
     else:
-        pred = xp.astype(est.predict(X), xp.int64)
-        P = xp.astype(
-            pred[:, None] == xp.arange(len(cls), device=ctx.device)[None, :], X.dtype
-        )
+        pred = xp.astype(member_predict(est, data), xp.int64)
+        P = xp.astype(pred[:, None] == xp.arange(K, device=dev)[None, :], data.X.dtype)
         cls = np.arange(K)
     M = np.zeros((len(cls), K))
     M[np.arange(len(cls)), cls] = 1.0
-    return P @ xp.asarray(M, dtype=P.dtype, device=ctx.device)
+    P = xp.astype(P, data.X.dtype)
+    return P @ xp.asarray(M, dtype=P.dtype, device=dev)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """One fit's data, weights, classes and per-member draws."""
+
+    data: Training
+    sw: Any
+    K: int
+    seeds: np.ndarray
+    draws: list  # (bootstrap counts, generator continuing the member's stream)
+
+    @property
+    def counts(self):
+        return np.stack([c for c, _ in self.draws])
 
 
 class _BaseBagging(BaseEstimator):
@@ -87,7 +113,9 @@ class _BaseBagging(BaseEstimator):
         """Fit ``n_estimators`` members on bootstrap samples; returns self.
 
         Each member sees every training point with weight
-        ``sample_weight · (number of times the point was drawn)``.
+        ``sample_weight · (number of times the point was drawn)``; a member
+        whose ``fit`` takes no ``sample_weight`` (e.g. a scikit-learn
+        ``Pipeline``) is fitted on the drawn rows, repeats included.
         """
         clf = isinstance(self, ClassifierMixin)
         ctx, X, y, sw = self._validate_fit_data(
@@ -98,79 +126,113 @@ class _BaseBagging(BaseEstimator):
                 "oob_score=True needs bootstrap=True (without bootstrap there are "
                 "no out-of-bag samples)"
             )
-        xp = ctx.xp
-        n, d = int(X.shape[0]), int(X.shape[1])
+        n = int(X.shape[0])
         K = int(self.classes_.shape[0]) if clf else 0
+        seeds = check_random_state(self.random_state).integers(
+            0, 2**31 - 1, size=self.n_estimators
+        )
+        draws = [
+            _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
+        ]
+        job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
+        bar = progress_bar(self.progress, self.n_estimators, type(self).__name__)
         template = self._template()
-        T = self.n_estimators
-        seeds = check_random_state(self.random_state).integers(0, 2**31 - 1, size=T)
-        n_draw = self._n_draw(n)
-        positive = to_numpy(sw > 0)
-        draws = [_bootstrap_counts(n, n_draw, self.bootstrap, int(s)) for s in seeds]
-        counts = np.stack([c for c, _ in draws])
-        bar = progress_bar(self.progress, T, type(self).__name__)
         if isinstance(template, _BaseDecisionTree):
-            params = template._grow_params(n, d, K)
-            groups = [(a, min(T, a + _GROUP)) for a in range(0, T, _GROUP)]
-
-            def work(g):
-                a, b = g
-                c = counts[a:b] * positive
-                nz = [np.nonzero(row)[0] for row in c]
-                ids = xp.asarray(np.concatenate(nz), device=ctx.device)
-                mult = np.concatenate([row[z] for row, z in zip(c, nz)])
-                w = xp.take(sw, ids) * xp.asarray(
-                    mult, dtype=sw.dtype, device=ctx.device
-                )
-                return grow(
-                    X,
-                    y,
-                    ids,
-                    w,
-                    np.asarray([len(z) for z in nz]),
-                    params,
-                    xp=xp,
-                    rngs=[r for _, r in draws[a:b]],
-                )
-
-            res = parallel_map(
-                work,
-                groups,
-                n_jobs=self.n_jobs,
-                progress=bar,
-                weights=[b - a for a, b in groups],
-            )
-            members = []
-            for t, tree in enumerate(tr for group in res for tr in group):
-                est = clone(template).set_params(random_state=int(seeds[t]))
-                est.n_features_in_ = d
-                if clf:
-                    est.classes_ = self.classes_
-                est._set_tree(tree, ctx, X.dtype)
-                members.append(est)
+            self.estimators_ = self._grow_trees(job, template, bar)
         else:
-
-            def work(t):
-                est = clone(template)
-                if "random_state" in est.get_params(deep=False):
-                    est.set_params(random_state=int(seeds[t]))
-                w = sw * xp.asarray(counts[t], dtype=sw.dtype, device=ctx.device)
-                return est.fit(X, y, sample_weight=w)
-
-            members = parallel_map(
-                work, list(range(T)), n_jobs=self.n_jobs, progress=bar
-            )
+            self.estimators_ = self._fit_members(job, template, bar, sample_weight)
         if bar is not None:
             bar.close()
-        self.estimators_ = members
-        if isinstance(template, _BaseDecisionTree):
-            imp = sum(to_numpy(m.feature_importances_) for m in members) / T
-            self.feature_importances_ = xp.asarray(
-                imp, dtype=X.dtype, device=ctx.device
-            )
         if self.oob_score:
-            self._set_oob(X, y, counts == 0, ctx, K)
+            self._set_oob(X, y, job.counts == 0, ctx, K)
         return self._fitted(ctx)
+
+    def _grow_trees(self, job, template, bar):
+        """Grow the trees in groups of ``_GROUP``, level by level; keep them
+        stacked on the compute device for prediction."""
+        ctx, X, y = job.data.ctx, job.data.X, job.data.y
+        xp, T = ctx.xp, len(job.seeds)
+        n, d = int(X.shape[0]), int(X.shape[1])
+        params = template._grow_params(n, d, job.K)
+        positive = to_numpy(job.sw > 0)
+        groups = [(a, min(T, a + _GROUP)) for a in range(0, T, _GROUP)]
+
+        def work(g):
+            a, b = g
+            c = job.counts[a:b] * positive
+            nz = [np.nonzero(row)[0] for row in c]
+            ids = xp.asarray(np.concatenate(nz), device=ctx.device)
+            mult = np.concatenate([row[z] for row, z in zip(c, nz)])
+            w = xp.take(job.sw, ids) * xp.asarray(
+                mult, dtype=job.sw.dtype, device=ctx.device
+            )
+            lens = np.asarray([len(z) for z in nz])
+            rngs = [r for _, r in job.draws[a:b]]
+            return grow(X, y, ids, w, lens, params, xp=xp, rngs=rngs)
+
+        weights = [b - a for a, b in groups]
+        res = parallel_map(
+            work, groups, n_jobs=self.n_jobs, progress=bar, weights=weights
+        )
+        trees = [tr for group, _ in res for tr in group]
+        self._grow_stats = {
+            k: sum(stats[k] for _, stats in res) for k in ("node_blocks", "redraws")
+        }
+        members = []
+        for t, tree in enumerate(trees):
+            est = clone(template).set_params(random_state=int(job.seeds[t]))
+            est.n_features_in_ = d
+            if job.K:
+                est.classes_ = self.classes_
+            est._set_tree(tree, ctx, X.dtype)
+            members.append(est)
+        fdt = np.float32 if itemsize(X.dtype, xp) == 4 else np.float64
+        sources = [m.tree_feature_ for m in members]
+        self._cache_stack = stack_trees(trees, xp, ctx.device, sources, np_dtype=fdt)
+        return members
+
+    def _fit_members(self, job, template, bar, sample_weight):
+        """Fit any estimator: bootstrap counts as sample weights where ``fit``
+        takes them, else the drawn rows."""
+        xp, dev = job.data.ctx.xp, job.data.ctx.device
+        weighted = takes_sample_weight(template)
+        if not weighted and sample_weight is not None:
+            raise ValueError(
+                f"sample_weight was given but the estimator {type(template).__name__}'s "
+                f"fit takes no sample_weight; drop it or use an estimator that takes it"
+            )
+
+        def work(t):
+            est = clone(template)
+            if "random_state" in est.get_params(deep=False):
+                est.set_params(random_state=int(job.seeds[t]))
+            if weighted:
+                w = job.sw * xp.asarray(job.counts[t], dtype=job.sw.dtype, device=dev)
+                return fit_member(est, job.data, weight=w)
+            rows = np.repeat(np.arange(job.counts.shape[1]), job.counts[t])
+            return fit_member(est, job.data, rows=rows)
+
+        return parallel_map(
+            work, list(range(len(job.seeds))), n_jobs=self.n_jobs, progress=bar
+        )
+
+    @property
+    def feature_importances_(self):
+        """Mean of the trees' importances over the trees with a split,
+        normalised to sum 1 (scikit-learn's rule); tree members only."""
+        from array_api_compat import array_namespace
+
+        check_is_fitted(self, "estimators_")
+        trees = [m for m in self.estimators_ if isinstance(m, _BaseDecisionTree)]
+        if len(trees) < len(self.estimators_):
+            raise AttributeError(
+                "feature_importances_ exists only when every member is a decision tree"
+            )
+        split = [to_numpy(m.feature_importances_) for m in trees if m.node_count_ > 1]
+        imp = np.mean(split, axis=0) if split else np.zeros(self.n_features_in_)
+        imp = imp / imp.sum() if imp.sum() > 0 else imp
+        v = trees[0].tree_value_
+        return array_namespace(v).asarray(imp, dtype=v.dtype, device=device(v))
 
     # ------------------------------------------------------------ averaging
     def _member_sum(self, X, ctx, K, mask=None):
@@ -181,7 +243,8 @@ class _BaseBagging(BaseEstimator):
         members = self.estimators_
         total = None
         if all(isinstance(m, _BaseDecisionTree) for m in members):
-            for a, rows in stacked_leaves(members, X, ctx):
+            stack = cached_stack(self, members, ctx)
+            for a, rows in stack.chunks(X, xp=xp):
                 if mask is not None:
                     mk = xp.asarray(
                         mask[a : a + int(rows.shape[0])],
@@ -192,8 +255,10 @@ class _BaseBagging(BaseEstimator):
                 s = xp.sum(rows, axis=0)
                 total = s if total is None else total + s
         else:
+            data = Training(ctx, X)
             for t, m in enumerate(members):
-                out = _full_proba(m, X, K, ctx) if K else m.predict(X)
+                out = _full_proba(m, data, K) if K else member_predict(m, data)
+                out = xp.astype(out, X.dtype)
                 if mask is not None:
                     mk = xp.asarray(mask[t], dtype=out.dtype, device=ctx.device)
                     out = out * (mk[:, None] if K else mk)
@@ -274,7 +339,7 @@ class _Bagging(_BaseBagging):
 
     _parameter_constraints = {
         **_BaseBagging._base_constraints,
-        "estimator": [None, BaseEstimator],
+        "estimator": [None, FitPredict],
         "max_samples": [
             Interval(Integral, 1, None, closed="left"),
             Interval(float, 0.0, 1.0, closed="right"),
@@ -321,9 +386,11 @@ class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
 
     Parameters
     ----------
-    estimator : xpml classifier accepting ``sample_weight``, default=None
+    estimator : classifier with ``fit`` and ``predict``, default=None
         None: :class:`~xpml.tree.DecisionTreeClassifier` (trees are grown all
-        together, level by level)."""
+        together, level by level). Any other estimator (xpml's, scikit-learn's,
+        a ``Pipeline``) gets the bootstrap counts as ``sample_weight`` when its
+        ``fit`` takes it, else the drawn rows (repeats included)."""
         + _BAGGING_DOC_PARAMS
         + """
     Attributes
@@ -359,8 +426,9 @@ class BaggingRegressor(_BaggingRegressorMixin, _Bagging):
 
     Parameters
     ----------
-    estimator : xpml regressor accepting ``sample_weight``, default=None
-        None: :class:`~xpml.tree.DecisionTreeRegressor`."""
+    estimator : regressor with ``fit`` and ``predict``, default=None
+        None: :class:`~xpml.tree.DecisionTreeRegressor`; others as for
+        :class:`BaggingClassifier`."""
         + _BAGGING_DOC_PARAMS
         + """
     Attributes
@@ -515,8 +583,9 @@ class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
     ----------
     n_estimators : int, default=100
     criterion : {"squared_error", "variance"}, default="squared_error"
-    max_features : int, float, {"sqrt", "log2"} or None, default=1/3
-        Features per node: ``d/3`` by default (Breiman's rule for regression)."""
+    max_features : int, float, {"sqrt", "log2"} or None, default=1.0
+        Features per node: all of them by default, as scikit-learn (Breiman's
+        rule for regression, ``d/3``, is ``max_features=1/3``)."""
         + _FOREST_DOC_PARAMS
         + """
     Attributes
@@ -562,7 +631,7 @@ class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
         min_samples_split=2,
         min_samples_leaf=1,
         min_impurity_decrease=0.0,
-        max_features=1.0 / 3.0,
+        max_features=1.0,
         bootstrap=True,
         oob_score=False,
         max_samples=None,

@@ -1,14 +1,26 @@
-"""Shared machinery of the ensembles: parallel map, progress bar, stacked trees."""
+"""Shared machinery of the ensembles: parallel map, progress bar, members of any library."""
 
 from __future__ import annotations
 
+import abc
+import dataclasses
+import inspect
 import sys
+from typing import Any
 
 import numpy as np
 
-from xpml.tree._grow import route
+from xpml._backend import to_numpy
 
-__all__ = ["parallel_map", "progress_bar", "stacked_leaves"]
+__all__ = [
+    "FitPredict",
+    "Training",
+    "fit_member",
+    "member_predict",
+    "parallel_map",
+    "progress_bar",
+    "takes_sample_weight",
+]
 
 
 def parallel_map(fn, tasks, *, n_jobs=None, progress=None, weights=None):
@@ -69,36 +81,75 @@ def progress_bar(enabled, total, desc):
     return tqdm(total=total, desc=desc)
 
 
-def stacked_leaves(trees, X, ctx, *, max_elements=1 << 19):
-    """Yield ``(chunk of trees, value rows (T_c, n, ...))`` routing many trees
-    at once: their arrays are concatenated with offsets and all rows of ``X`` go
-    down all trees of a chunk together (one ``route`` call per chunk). Chunks
-    hold about ``max_elements`` (tree, row) pairs: small enough to stay in cache
-    on a CPU."""
-    xp = ctx.xp
-    n = int(X.shape[0])
-    k = 1
-    v0 = trees[0].tree_value_
-    if len(v0.shape) == 2:
-        k = int(v0.shape[1])
-    per_chunk = max(1, max_elements // max(1, n * k))
-    for a in range(0, len(trees), per_chunk):
-        chunk = trees[a : a + per_chunk]
-        sizes = np.asarray([t.node_count_ for t in chunk])
-        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        feat = xp.concat([ctx.take(t.tree_feature_) for t in chunk])
-        thr = xp.concat([ctx.take(t.tree_threshold_) for t in chunk])
-        val = xp.concat([ctx.take(t.tree_value_) for t in chunk], axis=0)
-        lefts, rights = [], []
-        for t, o in zip(chunk, offs):
-            c_l, c_r = ctx.take(t.tree_children_left_), ctx.take(t.tree_children_right_)
-            lefts.append(xp.where(c_l >= 0, c_l + int(o), c_l))
-            rights.append(xp.where(c_r >= 0, c_r + int(o), c_r))
-        roots = xp.asarray(offs, dtype=feat.dtype, device=ctx.device)
-        depth = max(t.max_depth_ for t in chunk)
-        leaves = route(
-            X, feat, thr, xp.concat(lefts), xp.concat(rights), depth, xp=xp, roots=roots
-        )
-        rows = xp.take(val, xp.reshape(leaves, (-1,)), axis=0)
-        shape = (len(chunk), n) + tuple(rows.shape[1:])
-        yield a, xp.reshape(rows, shape)
+# ----------------------------------------------------------- any member
+class FitPredict(abc.ABC):  # noqa: B024 (a structural check, no methods to declare)
+    """Any estimator with ``fit`` and ``predict`` methods: xpml's,
+    scikit-learn's, a ``Pipeline`` (a constraint for ``estimator=``)."""
+
+    @classmethod
+    def __subclasshook__(cls, C):
+        if all(callable(getattr(C, m, None)) for m in ("fit", "predict")):
+            return True
+        return NotImplemented
+
+
+FitPredict.__name__ = "estimator with fit and predict methods"
+
+
+def takes_sample_weight(est) -> bool:
+    """Whether ``est.fit`` has a ``sample_weight`` parameter."""
+    try:
+        return "sample_weight" in inspect.signature(est.fit).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+
+
+@dataclasses.dataclass
+class Training:
+    """A call's arrays in the compute namespace, and (made once, when a
+    member from another library needs them) their host NumPy copies."""
+
+    ctx: Any
+    X: Any
+    y: Any = None
+    _host: tuple | None = None
+
+    def host(self):
+        if self._host is None:
+            y = None if self.y is None else to_numpy(self.y)
+            self._host = (to_numpy(self.X), y)
+        return self._host
+
+
+def _is_xpml(est):
+    from xpml.base import BaseEstimator
+
+    return isinstance(est, BaseEstimator)
+
+
+def fit_member(est, data, *, weight=None, rows=None):
+    """Fit ``est``: with ``sample_weight=weight`` (device array), or on the
+    rows ``rows`` (host indices, repeats allowed) when it has no sample
+    weights. xpml members get the compute-namespace arrays, others NumPy."""
+    if _is_xpml(est):
+        X, y = data.X, data.y
+        if rows is not None:
+            idx = data.ctx.xp.asarray(rows, device=data.ctx.device)
+            X, y = data.ctx.xp.take(X, idx, axis=0), data.ctx.xp.take(y, idx)
+    else:
+        X, y = data.host()
+        if rows is not None:
+            X, y = X[rows], y[rows]
+        if weight is not None:
+            weight = to_numpy(weight)
+    if weight is None:
+        return est.fit(X, y)
+    return est.fit(X, y, sample_weight=weight)
+
+
+def member_predict(est, data, method="predict"):
+    """``est.predict`` (or another method) on ``data.X``, in the compute namespace."""
+    if _is_xpml(est):
+        return getattr(est, method)(data.X)
+    out = np.asarray(getattr(est, method)(data.host()[0]))
+    return data.ctx.xp.asarray(out, device=data.ctx.device)

@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 
+from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, clone
-from xpml.ensemble._base import progress_bar
+from xpml.ensemble._base import (
+    FitPredict,
+    Training,
+    fit_member,
+    member_predict,
+    progress_bar,
+    takes_sample_weight,
+)
 from xpml.tree._classes import DecisionTreeClassifier, _BaseDecisionTree
+from xpml.tree._stack import cached_stack
+from xpml.utils._math import softmax
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_random_state, decode_labels
+from xpml.utils.validation import check_is_fitted, check_random_state, decode_labels
 
 __all__ = ["AdaBoostClassifier"]
 
 _PERFECT_ERR = 1e-10  # err = 0 is replaced by this in the vote (a finite, dominant β)
 
 
-def _member_codes(m, X, ctx):
-    """Class codes a member predicts for X (compute namespace)."""
-    xp = ctx.xp
+def _member_codes(m, data):
+    """Class codes a member predicts for ``data.X`` (compute namespace)."""
+    xp = data.ctx.xp
     if isinstance(m, _BaseDecisionTree):
-        P = xp.take(ctx.take(m.tree_value_), m._leaves(ctx, X), axis=0)
-        return xp.argmax(P, axis=1)
-    return xp.astype(m.predict(X), xp.int64)
+        return xp.argmax(m._leaf_values(data.ctx, data.X), axis=1)
+    return xp.astype(member_predict(m, data), xp.int64)
+
+
+def _fit_round(m, data, w, rng):
+    """Fit one weak learner to the weights ``w``: as ``sample_weight`` where
+    its ``fit`` takes them, else on ``n`` rows drawn with probabilities ``w``."""
+    if isinstance(m, DecisionTreeClassifier):
+        m.n_features_in_ = int(data.X.shape[1])
+        m.classes_ = data.classes
+        return m._fit_arrays(data.ctx, data.X, data.y, w, data.K)
+    if takes_sample_weight(m):
+        return fit_member(m, data, weight=w)
+    p = np.asarray(to_numpy(w), dtype=np.float64)
+    rows = rng.choice(len(p), size=len(p), p=p / p.sum())
+    return fit_member(m, data, rows=rows)
 
 
 class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
@@ -52,8 +77,11 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    estimator : xpml classifier accepting ``sample_weight``, default=None
-        None: a stump, ``DecisionTreeClassifier(max_depth=1)``.
+    estimator : classifier with ``fit`` and ``predict``, default=None
+        None: a stump, ``DecisionTreeClassifier(max_depth=1)``. Any other
+        estimator (xpml's, scikit-learn's, a ``Pipeline``) gets the weights as
+        ``sample_weight`` when its ``fit`` takes it, else is fitted on ``n``
+        rows drawn with probabilities given by the weights (its round's seed).
     n_estimators : int, default=50
         Largest number of boosting rounds.
     learning_rate : float, default=1.0
@@ -101,7 +129,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "estimator": [None, BaseEstimator],
+        "estimator": [None, FitPredict],
         "n_estimators": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
@@ -135,6 +163,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
         xp = ctx.xp
         K = int(self.classes_.shape[0])
+        data = _Rounds(ctx, X, y, classes=self.classes_, K=K)
         template = (
             DecisionTreeClassifier(max_depth=1)
             if self.estimator is None
@@ -151,13 +180,8 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             m = clone(template)
             if "random_state" in m.get_params(deep=False):
                 m.set_params(random_state=int(seeds[t]))
-            if isinstance(m, DecisionTreeClassifier):
-                m.n_features_in_ = int(X.shape[1])
-                m.classes_ = self.classes_
-                m._fit_arrays(ctx, X, y, w, K)
-            else:
-                m.fit(X, y, sample_weight=w)
-            miss = _member_codes(m, X, ctx) != y
+            _fit_round(m, data, w, np.random.default_rng(int(seeds[t])))
+            miss = _member_codes(m, data) != y
             err = float(xp.sum(xp.where(miss, w, xp.zeros_like(w))) / xp.sum(w))
             if bar is not None:
                 bar.update(1)
@@ -195,23 +219,35 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------ predict
     def _staged_votes(self, ctx, X):
-        """Normalised votes ``Σ_{s<=t} β_s [h_s = k] / Σ_{s<=t} β_s`` after each round."""
+        """Normalised votes ``Σ_{s<=t} β_s [h_s = k] / Σ_{s<=t} β_s`` after each
+        round. Tree members are walked all at once from one stack on the
+        device whose leaf values are the votes ``β_t · onehot(class)``."""
         xp = ctx.xp
+        betas = np.asarray(self._betas_host(), dtype=np.float64)
+        totals = np.cumsum(betas)
+        if all(isinstance(m, _BaseDecisionTree) for m in self.estimators_):
+            stack = cached_stack(self, self.estimators_, ctx, values=self._vote_values)
+            votes = None
+            for a, rows in stack.chunks(X, xp=xp):
+                for r in range(int(rows.shape[0])):
+                    votes = rows[r, ...] if votes is None else votes + rows[r, ...]
+                    yield votes / float(totals[a + r])
+            return
         K = int(self.classes_.shape[0])
         ks = xp.arange(K, device=ctx.device)
-        betas = [float(b) for b in np.asarray(self._betas_host())]
-        votes = None
-        total = 0.0
-        for m, b in zip(self.estimators_, betas):
-            codes = _member_codes(m, X, ctx)
-            v = b * xp.astype(codes[:, None] == ks[None, :], X.dtype)
+        data, votes = Training(ctx, X), None
+        for m, b, total in zip(self.estimators_, betas, totals):
+            codes = _member_codes(m, data)
+            v = float(b) * xp.astype(codes[:, None] == ks[None, :], X.dtype)
             votes = v if votes is None else votes + v
-            total += b
-            yield votes / total
+            yield votes / float(total)
+
+    def _vote_values(self, t, tree):
+        """Leaf values of member ``t`` in the stack: its vote ``β_t · onehot``."""
+        onehot = np.eye(tree["value"].shape[1])[np.argmax(tree["value"], axis=1)]
+        return (float(self._betas_host()[t]) * onehot).astype(tree["value"].dtype)
 
     def _betas_host(self):
-        from xpml._backend import to_numpy
-
         return to_numpy(self.estimator_weights_)
 
     def _votes(self, ctx, X):
@@ -221,12 +257,20 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         return out
 
     def decision_function(self, X):
-        """Normalised weighted votes: (n, K), or (n,) ``score₁ − score₀`` for two classes."""
+        """scikit-learn's SAMME scores: member ``t`` adds ``β_t`` to the class it
+        predicts and ``−β_t/(K−1)`` to the others, divided by ``Σ β_t``; each
+        row sums to 0. Shape (n, K), or (n,) for two classes (the score of
+        class 1, positive when it wins)."""
         ctx, X = self._validate_predict_data(X)
-        F = self._votes(ctx, X)
-        if F.shape[1] == 2:
-            return ctx.out(F[:, 1] - F[:, 0])
-        return ctx.out(F)
+        return ctx.out(self._decision(self._votes(ctx, X)))
+
+    @staticmethod
+    def _decision(V):
+        K = int(V.shape[1])
+        S = (K * V - 1.0) / (K - 1.0)  # V_k − (1 − V_k)/(K − 1)
+        if K == 2:
+            return S[:, 1] - S[:, 0]
+        return S
 
     def predict(self, X):
         """The class with the largest weighted vote."""
@@ -236,19 +280,16 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         )
 
     def predict_proba(self, X):
-        """scikit-learn's SAMME probabilities: softmax of the votes / (K − 1)."""
+        """scikit-learn's SAMME probabilities: softmax of the decision scores
+        / (K − 1) (for two classes, of ``±decision/2``)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
-        F = self._votes(ctx, X)
-        K = int(F.shape[1])
-        if K == 2:
-            dlt = (F[:, 1] - F[:, 0]) / 2
-            F = xp.stack([-dlt, dlt], axis=1)
+        D = self._decision(self._votes(ctx, X))
+        if len(D.shape) == 1:
+            D = xp.stack([-D / 2, D / 2], axis=1)
         else:
-            F = F / (K - 1)
-        F = F - xp.max(F, axis=1, keepdims=True)
-        E = xp.exp(F)
-        return ctx.out(E / xp.sum(E, axis=1, keepdims=True))
+            D = D / (int(D.shape[1]) - 1)
+        return ctx.out(softmax(D, xp=xp, axis=1))
 
     def staged_predict(self, X):
         """Predictions after each boosting round (a generator)."""
@@ -259,10 +300,17 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
     @property
     def feature_importances_(self):
         """β-weighted mean of the members' feature importances (tree members)."""
-        from xpml._backend import to_numpy
-
+        check_is_fitted(self, "estimators_")
         b = self._betas_host()
         imp = sum(
             bi * to_numpy(m.feature_importances_) for bi, m in zip(b, self.estimators_)
         )
         return imp / b.sum()
+
+
+@dataclasses.dataclass
+class _Rounds(Training):
+    """Training data of the boosting rounds, with the classes."""
+
+    classes: Any = None
+    K: int = 0
