@@ -208,7 +208,7 @@ def test_errors_name_the_problem():
     m = PassiveAggressive().partial_fit(X, y)
     with pytest.raises(ValueError, match="features"):
         m.partial_fit(X[:, :3], y)
-    with pytest.raises(ValueError, match="not among the classes"):
+    with pytest.raises(ValueError, match="not seen in fit"):
         m.partial_fit(X, y + 5)
 
 

@@ -15,7 +15,6 @@ import math
 from numbers import Real
 
 import numpy as np
-from array_api_compat import device as _device
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
@@ -28,6 +27,7 @@ from xpml.linear_model._base import (
     psd_lstsq,
     sigmoid,
 )
+from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import decode_labels
 
@@ -201,18 +201,6 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
         if Z.shape[1] == 1:
             Z = xp.concat([xp.zeros_like(Z), Z], axis=1)
         return ctx.out(Z - logsumexp(Z, xp=xp, axis=1))
-
-    def predict(self, X):
-        """Most probable classes (n,)."""
-        ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        codes = (
-            xp.astype(Z[:, 0] > 0, xp.int64)
-            if Z.shape[1] == 1
-            else xp.argmax(Z, axis=1)
-        )
-        return decode_labels(self.classes_, codes, ctx)
 
 
 class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):

@@ -20,11 +20,11 @@ import math
 from numbers import Real
 
 import numpy as np
-from array_api_compat import device as _device
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import logsumexp
+from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import decode_labels
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import numpy as np
-from array_api_compat import device as _device
-
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import check_finite_result, linalg_errors
+from xpml.utils._array_api import device as _device
+from xpml.utils._math import encode_labels_against
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import decode_labels, encode_labels
 
@@ -68,16 +67,9 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
                     f"{to_numpy(cls).tolist()!r} and no `classes` were given to partial_fit"
                 )
             self.classes_ = cls
-        yh = to_numpy(y).reshape(-1)
-        ch = to_numpy(self.classes_)
-        bad = ~np.isin(yh, ch)
-        if bad.any():
-            raise ValueError(
-                f"y contains labels {np.unique(yh[bad])[:5].tolist()!r} that are "
-                f"not among the classes {ch.tolist()!r}"
-            )
-        s = np.where(yh == ch[1], 1.0, -1.0)
-        return ctx.xp.asarray(s, dtype=dtype, device=ctx.device)
+        xp = ctx.xp
+        codes = encode_labels_against(self.classes_, y, xp=xp)  # 0/1, on device
+        return 2.0 * xp.astype(codes, dtype) - 1.0
 
     # ---------------------------------------------------------------- API
     def fit(self, X, y):

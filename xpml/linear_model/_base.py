@@ -246,3 +246,17 @@ class LinearClassifierMixin:
         ctx, X = self._validate_predict_data(X)
         Z = self._decision(X, ctx)
         return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
+
+    def predict(self, X):
+        """Class labels (n,): the positive class where the log-odds are > 0 (two
+        classes), else the class of the largest score."""
+        from xpml.utils.validation import decode_labels
+
+        ctx, X = self._validate_predict_data(X)
+        xp = ctx.xp
+        Z = self._decision(X, ctx)
+        if Z.shape[1] == 1:
+            codes = xp.astype(Z[:, 0] > 0, xp.int64)
+        else:
+            codes = xp.argmax(Z, axis=1)
+        return decode_labels(self.classes_, codes, ctx)

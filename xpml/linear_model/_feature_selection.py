@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import array_api_compat
 import numpy as np
 
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.exceptions import InvalidParameterError
 from xpml.linear_model._ridge import Ridge as _Ridge
 from xpml.model_selection import cross_val_score
+from xpml.utils._array_api import device
 from xpml.utils._param_validation import Interval, Options, validate_params
 from xpml.utils.validation import check_is_fitted
 
@@ -21,7 +21,7 @@ def _columns(X, idx, /, *, xp):
     """Columns ``idx`` (host ints) of ``X``, in ``X``'s library."""
     return xp.take(
         X,
-        xp.asarray(np.asarray(idx, dtype=np.int64), device=array_api_compat.device(X)),
+        xp.asarray(np.asarray(idx, dtype=np.int64), device=device(X)),
         axis=1,
     )
 

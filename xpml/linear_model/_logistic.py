@@ -16,8 +16,6 @@ import math
 import warnings
 from numbers import Integral, Real
 
-from array_api_compat import device as _device
-
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
 from xpml.linear_model._base import (
@@ -32,8 +30,9 @@ from xpml.linear_model._base import (
     softmax,
     solve_spd,
 )
+from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import check_random_state, decode_labels
+from xpml.utils.validation import check_random_state
 
 __all__ = ["LogisticRegression", "SOLVERS"]
 
@@ -463,18 +462,6 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
                 xp.stack([log_sigmoid(-z, xp=xp), log_sigmoid(z, xp=xp)], axis=1)
             )
         return ctx.out(Z - logsumexp(Z, xp=xp, axis=1))
-
-    def predict(self, X):
-        """Most probable class labels (n,)."""
-        ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        Z = self._decision(X, ctx)
-        codes = (
-            xp.astype(Z[:, 0] > 0, xp.int64)
-            if Z.shape[1] == 1
-            else xp.argmax(Z, axis=1)
-        )
-        return decode_labels(self.classes_, codes, ctx)
 
 
 def _diag(v, xp):

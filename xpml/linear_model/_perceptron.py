@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-from array_api_compat import device as _device
-
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import LinearClassifierMixin
+from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_random_state, decode_labels
+from xpml.utils.validation import check_random_state
 
 __all__ = ["Perceptron"]
 
@@ -148,15 +147,3 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         self.n_iter_ = it
         self.n_mistakes_ = mistakes
         return self._fitted(ctx)
-
-    def predict(self, X):
-        """Class labels (n,)."""
-        ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        Z = X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
-        codes = (
-            xp.astype(Z[:, 0] > 0, xp.int64)
-            if Z.shape[1] == 1
-            else xp.argmax(Z, axis=1)
-        )
-        return decode_labels(self.classes_, codes, ctx)
