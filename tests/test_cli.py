@@ -3,7 +3,14 @@
 import json
 import subprocess
 import sys
+import threading
+import time
 
+import numpy as np
+import pytest
+
+from xpml.bench import Bench
+from xpml.bench._cold import ColdRunner
 from xpml.cli import main
 
 
@@ -32,9 +39,21 @@ def test_bench_quick_writes_results(tmp_path, capsys):
     data = json.loads((tmp_path / "bench-numpy-quick.json").read_text())
     rows = data["results"]
     assert {r["n"] for r in rows} == {500, 1000}
-    assert all(r["ratio"] > 0 and r["ref_name"] == "scikit-learn" for r in rows)
-    assert "| gram |" in (tmp_path / "bench-numpy-quick.md").read_text()
+    for r in rows:
+        assert r["ref_name"] == "scikit-learn" and r["repeats"] == 1
+        # cold (first call in a fresh process) and warm, for both sides
+        assert r["xpml_cold_s"] > 0 and r["ref_cold_s"] > 0
+        assert r["xpml_s"] > 0 and r["ref_s"] > 0
+        assert r["cold_ratio"] == pytest.approx(r["xpml_cold_s"] / r["ref_cold_s"])
+        assert r["warm_ratio"] == pytest.approx(r["xpml_s"] / r["ref_s"])
+        assert r["ratio"] == r["warm_ratio"]
+        # the fresh process reports its memory: at least the data it was given
+        assert r["xpml_cold"]["peak_rss_mb"] >= r["xpml_cold"]["rss_before_mb"] > 0
+    md = (tmp_path / "bench-numpy-quick.md").read_text()
+    assert "| gram |" in md
+    assert "| cold ratio | warm ratio |" in md and "fresh process" in md
     assert data["machine"]["cpu_count"] >= 1
+    assert data["settings"]["cold"] == "fork"
 
 
 def test_bench_unknown_suite(capsys):
@@ -56,3 +75,140 @@ def test_bench_skips_a_suite_whose_reference_is_missing(monkeypatch, capsys, tmp
     )
     assert main(["bench", "nn", "--quick", "--out", str(tmp_path)]) == 0
     assert "nn skipped: needs torch" in capsys.readouterr().out
+
+
+def _bench(**kw):
+    return Bench(echo=lambda *_: None, **kw)
+
+
+def test_cold_call_in_a_new_interpreter():
+    """spawn: a new interpreter loads the pickled closure and its data, times one
+    call and reports its time and memory."""
+    X = np.arange(1_000_000.0)
+    runner = ColdRunner("spawn")
+    try:
+        out = runner.run(lambda: float(X.sum()), side="ref", timeout=120)
+    finally:
+        runner.close()
+    assert out["ok"], out
+    assert 0 < out["s"] < 60
+    # the 8 MB array was loaded before the call
+    assert out["peak_rss_mb"] >= out["rss_before_mb"] > 8
+
+
+def test_cold_call_stopped_at_the_case_timeout_is_a_bound():
+    b = _bench(case_timeout_s=1.5, repeats=1)
+    try:
+        r = b.compare("t", "sleepy", 1, lambda: time.sleep(30), lambda: None)
+    finally:
+        b.close()
+    assert r.xpml_cold_s is None and r.xpml_cold["timed_out_after_s"] == 1.5
+    assert r.xpml_s is None and "not timed warm" in r.note  # too slow for warm
+    assert r.ref_cold_s is not None and r.ref_s is not None
+    assert r.cold_ratio is None and r.warm_ratio is None
+
+
+def test_reference_skipped_when_its_estimate_is_over_the_limit():
+    calls = []
+    b = _bench(case_timeout_s=5, repeats=1, cold="off")
+    r = b.compare(
+        "t", "c", 1, lambda: None, lambda: calls.append(1), ref_estimate_s=100
+    )
+    assert calls == [] and r.ref_s is None and r.ref_cold_s is None
+    assert "reference not run: estimated 100 s > 5 s allowed" in r.note
+    assert r.xpml_s is not None
+
+
+def test_a_case_that_cannot_be_pickled_is_still_timed_warm():
+    lock = threading.Lock()  # cannot be pickled
+    b = _bench(repeats=1)
+    try:
+        r = b.compare("t", "c", 1, lambda: lock.locked(), None)
+    finally:
+        b.close()
+    assert r.xpml_cold_s is None and "cannot pickle" in r.xpml_cold["error"]
+    assert "xpml cold: cannot pickle" in r.note
+    assert r.xpml_s is not None
+
+
+def test_slow_reference_timed_once_stands_for_warm():
+    b = _bench(repeats=3, cold="off", ref_once_over_s=0.0)
+    calls = []
+    r = b.compare("t", "c", 1, lambda: None, lambda: calls.append(1), ref_once=True)
+    # without cold calls a once-timed reference is one call here, no warm-up
+    assert calls == [1] and r.ref_repeats == 1 and r.ref_s is not None
+    b = _bench(repeats=3, ref_once_over_s=0.0)
+    try:
+        r = b.compare("t", "c", 1, lambda: None, lambda: time.sleep(0.01))
+    finally:
+        b.close()
+    assert r.ref_s is None and r.ref_cold_s >= 0.01 and r.ref_once
+    assert r.warm_ratio == pytest.approx(r.xpml_s / r.ref_cold_s)
+    assert r.as_dict()["ref_once"] is True
+
+
+def test_bench_budget_stops_a_suite_without_failing(tmp_path, capsys):
+    out = str(tmp_path)
+    assert main(["bench", "gram", "--quick", "--budget", "0", "--out", out]) == 0
+    data = json.loads((tmp_path / "bench-numpy-quick.json").read_text())
+    assert data["results"] == []
+    assert data["stopped"] == ["gram: stopped, time budget of 0 s spent"]
+    assert "gram stopped: time budget" in capsys.readouterr().out
+
+
+def test_bench_reuses_reference_times(tmp_path, capsys):
+    first = tmp_path / "first"
+    args = ["bench", "gram", "--quick", "--repeats", "1", "--cold", "off"]
+    assert main(args + ["--out", str(first), "--tag", "a"]) == 0
+    ref = first / "bench-a.json"
+    assert main(args + ["--out", str(tmp_path), "--reference-from", str(ref)]) == 0
+    a = json.loads(ref.read_text())["results"]
+    b = json.loads((tmp_path / "bench-numpy-quick.json").read_text())["results"]
+    assert [r["ref_s"] for r in a] == [r["ref_s"] for r in b]
+    assert all(r["reference_from"] == "bench-a.json" for r in b)
+    assert all(r["xpml_cold_s"] is None and r["xpml_s"] > 0 for r in b)
+    assert "(bench-a.json)" in (tmp_path / "bench-numpy-quick.md").read_text()
+
+
+def test_bench_large_at_tiny_sizes_reports_peak_memory(tmp_path, capsys):
+    """--large: every case timed once per side in a fresh process, with its peak
+    resident memory (here at tiny sizes; the real sizes are run by hand)."""
+    out = str(tmp_path)
+    assert main(["bench", "--large", "--tiny", "--cold", "fork", "--out", out]) == 0
+    data = json.loads((tmp_path / "bench-numpy-large-tiny.json").read_text())
+    rows = data["results"]
+    assert [r["case"] for r in rows] == [
+        "SVC.fit rbf",
+        "KernelRidge fit rbf d=20",
+        "kNN predict brute k=5 d=20",
+        "KMeans fit k=64 d=20",
+    ]
+    for r in rows:
+        assert r["suite"] == "large" and r["xpml_s"] is None and r["ref_s"] is None
+        assert r["xpml_cold_s"] > 0 and r["ref_cold_s"] > 0 and r["cold_ratio"] > 0
+        for side in ("xpml_cold", "ref_cold"):
+            assert r[side]["peak_rss_mb"] >= r[side]["rss_before_mb"] > 0
+    md = (tmp_path / "bench-numpy-large-tiny.md").read_text()
+    assert "| large | KMeans fit k=64 d=20 | 2000 |" in md
+
+
+def test_large_is_not_in_the_default_run():
+    from xpml.bench import discover
+
+    suites = discover()
+    assert {"large", "gpu"} <= set(suites)
+    assert not getattr(suites["large"], "DEFAULT", True)
+    assert not getattr(suites["gpu"], "DEFAULT", True)
+
+
+def test_a_long_cpu_call_needs_no_warm_up_after_its_cold_call(monkeypatch):
+    import xpml.bench
+
+    monkeypatch.setattr(xpml.bench, "WARMUP_COVERED_S", 0.0)
+    calls = []  # the cold call's own process appends to its copy
+    b = _bench(repeats=3)
+    try:
+        r = b.compare("t", "c", 1, lambda: calls.append(time.sleep(0.01)), None)
+    finally:
+        b.close()
+    assert r.xpml_cold_s >= 0.01 and r.repeats == 3 and len(calls) == 3

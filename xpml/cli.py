@@ -70,36 +70,71 @@ def _info(args):
     return 0
 
 
-def _bench(args):
-    from xpml.bench import Bench, discover
-
-    suites = discover()
-    chosen = args.suites or [
-        n for n, m in suites.items() if getattr(m, "DEFAULT", True)
-    ]
+def _chosen_suites(args, suites):
+    """The suite names to run, or an error message."""
+    chosen = list(args.suites)
+    if args.large and "large" not in chosen:
+        chosen.append("large")
+    chosen = chosen or [n for n, m in suites.items() if getattr(m, "DEFAULT", True)]
     unknown = [s for s in chosen if s not in suites]
     if unknown:
-        print(
-            f"unknown suite(s) {unknown}; available: {', '.join(suites)}",
-            file=sys.stderr,
-        )
-        return 2
+        return None, f"unknown suite(s) {unknown}; available: {', '.join(suites)}"
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        print(
+        return (
+            None,
             "xpml bench compares against scikit-learn: pip install 'xpml[bench]'",
-            file=sys.stderr,
         )
-        return 2
+    return chosen, None
+
+
+def _make_bench(args, modules):
+    """The Bench for these arguments and suite modules (results are written to
+    disk after every case, should the run be stopped)."""
+    from xpml.bench import Bench, load_reference
+
+    reference, reference_name = None, None
+    if args.reference_from:
+        reference, reference_name = load_reference(args.reference_from)
+    # the libraries the fork server imports for the cold calls: the suites'
+    # references and the backend's (not cupy: a fork cannot inherit CUDA)
+    preload = {args.backend}
+    for mod in modules:
+        preload.update(getattr(mod, "REQUIRES", ()), getattr(mod, "PRELOAD", ()))
+    preload = sorted(
+        m
+        for m in preload
+        if m not in ("numpy", "cupy") and importlib.util.find_spec(m) is not None
+    )
+    tag = args.tag or (
+        args.backend
+        + ("-large" if args.large else "")
+        + ("-tiny" if args.tiny else "-quick" if args.quick else "")
+    )
     bench = Bench(
-        backend=args.backend, device=args.device, quick=args.quick, repeats=args.repeats
+        backend=args.backend,
+        device=args.device,
+        quick=args.quick,
+        tiny=args.tiny,
+        repeats=args.repeats,
+        # --large measures peak memory: a new interpreter per cold call
+        cold=args.cold or ("spawn" if args.large else "fork"),
+        preload=preload,
+        budget_s=args.budget,
+        case_timeout_s=args.case_timeout,
+        ref_once_over_s=args.ref_once_over,
+        reference=reference,
+        reference_name=reference_name,
+        on_result=lambda _r: bench.write(args.out, tag=tag, plot=False),
     )
-    print(
-        f"xpml bench: backend={args.backend} device={args.device} "
-        f"{'quick' if args.quick else 'full'} sizes, {args.repeats} repeats "
-        f"(median after a warm-up; ratio = xpml / reference)"
-    )
+    return bench, tag
+
+
+def _run_suites(bench, suites, chosen):
+    """Run the chosen suites; the number that failed."""
+    from xpml.bench import BudgetSpent
+
     failures = 0
     for name in chosen:
         missing = [
@@ -115,10 +150,41 @@ def _bench(args):
             continue
         try:
             suites[name].run(bench)
+        except BudgetSpent as exc:
+            bench.stopped.append(f"{name}: stopped, {exc}")
+            print(f"{name:>10} stopped: {exc}")
         except Exception as exc:  # one broken suite should not hide the others
             failures += 1
+            bench.stopped.append(f"{name}: FAILED: {type(exc).__name__}: {exc}")
             print(f"{name:>10} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-    tag = args.tag or (f"{args.backend}" + ("-quick" if args.quick else ""))
+    return failures
+
+
+def _bench(args):
+    from xpml.bench import discover
+
+    suites = discover()
+    chosen, error = _chosen_suites(args, suites)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    try:
+        bench, tag = _make_bench(args, [suites[n] for n in chosen])
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"--reference-from: cannot read it ({exc})", file=sys.stderr)
+        return 2
+    sizes = "tiny" if args.tiny else "quick" if args.quick else "full"
+    print(
+        f"xpml bench: backend={args.backend} device={args.device} {sizes} sizes; "
+        f"cold = first call in a fresh process ({bench.cold}), warm = median of "
+        f"{args.repeats} after a warm-up; ratio = xpml / reference"
+        + (f"; budget {args.budget:.0f} s" if args.budget is not None else "")
+    )
+    bench.start()
+    try:
+        failures = _run_suites(bench, suites, chosen)
+    finally:
+        bench.close()
     base = bench.write(args.out, tag=tag)
     print(f"results written to {base}.md and {base}.json")
     return 1 if failures else 0
@@ -136,18 +202,51 @@ def _demo(args):
     return demos[args.name].main(args.rest) or 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="xpml", description="xpml command line")
-    sub = parser.add_subparsers(dest="command")
-    sub.add_parser("info", help="version, backends, devices, float64 support")
+def _add_bench_parser(sub):
     b = sub.add_parser("bench", help="benchmarks against scikit-learn / PyTorch")
     b.add_argument("suites", nargs="*", help="suites to run (default: all)")
     b.add_argument("--backend", default="numpy")
     b.add_argument("--device", default=None)
     b.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument(
+        "--tiny", action="store_true", help="smallest sizes (checks a pipeline)"
+    )
+    b.add_argument(
+        "--large",
+        action="store_true",
+        help="the large-n suite (SVC 50k/100k, KernelRidge 20k, kNN 200k, KMeans "
+        "1M) with peak memory; long, run by hand",
+    )
+    b.add_argument("--repeats", type=int, default=5, help="warm calls timed")
+    b.add_argument(
+        "--cold",
+        choices=["fork", "spawn", "off"],
+        default=None,
+        help="how the cold call's fresh process starts: fork (from a server "
+        "that only imported the libraries; default), spawn (a new interpreter; "
+        "default with --large) or off (warm only)",
+    )
+    for flag, text in (
+        ("--budget", "wall time for the run: no case is started past it"),
+        ("--case-timeout", "stop a cold call after this long (shown as a bound)"),
+        ("--ref-once-over", "time a reference once (cold) when it takes longer"),
+    ):
+        b.add_argument(flag, type=float, default=None, metavar="SECONDS", help=text)
+    b.add_argument(
+        "--reference-from",
+        default=None,
+        metavar="JSON",
+        help="reuse the reference times of an earlier run's JSON",
+    )
     b.add_argument("--out", default="bench/results")
     b.add_argument("--tag", default=None, help="results file name tag")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="xpml", description="xpml command line")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="version, backends, devices, float64 support")
+    _add_bench_parser(sub)
     d = sub.add_parser("demo", help="reproduce the lecture notes' behaviours")
     d.add_argument("name", nargs="?")
     d.add_argument("rest", nargs=argparse.REMAINDER)

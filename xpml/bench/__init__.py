@@ -3,73 +3,155 @@
 Each suite is a module in this package with ``SUITE = "name"`` and
 ``run(bench) -> None``, where it calls :meth:`Bench.compare` once per case;
 ``DEFAULT = False`` keeps a long suite out of a plain ``xpml bench`` (it runs
-when named) and ``REQUIRES`` names the libraries its reference needs.
+when named), ``REQUIRES`` names the libraries its reference needs and
+``PRELOAD`` further libraries for the cold processes' fork server.
 ``xpml bench`` discovers the suites, runs them and writes a markdown table,
 JSON and (where matplotlib is installed) a PNG under ``bench/results/``.
 
-Timing: one warm-up call, then ``repeats`` timed calls; the median is reported.
+Timing, for each side (xpml and its reference):
+
+* cold: the first call in a fresh process (see :mod:`xpml.bench._cold`): the
+  case's closure is pickled with its data, a new process loads it (imports and
+  data are not timed) and times one call;
+* warm: in this process, one warm-up call, then ``repeats`` timed calls; the
+  median is reported. On the CPU a call whose cold run took over
+  :data:`WARMUP_COVERED_S` gets no warm-up (the cold call was one, and its
+  first-call costs are lost in its length).
+
 On a GPU backend each call is followed by a device synchronisation so the time
-is the real compute time. The ratio is ``xpml / reference``: below 1 is faster.
+is the real compute time. The ratios are ``xpml / reference`` (below 1: xpml
+is faster), cold beside cold and warm beside warm.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
+import math
 import os
 import platform
 import statistics
 import time
 
-__all__ = ["Bench", "Result", "timeit", "discover", "machine_info"]
+from xpml.bench._cold import MODES as COLD_MODES
+from xpml.bench._cold import ColdRunner, sync_for
+
+__all__ = ["Bench", "BudgetSpent", "Result", "timeit", "discover", "machine_info"]
+
+#: a case is not started with less time than this left in the budget (seconds)
+MIN_CASE_S = 3.0
+#: on the CPU, a call whose cold run took longer gets no warm-up here: the cold
+#: call was one, and first-call costs are lost in its length (seconds)
+WARMUP_COVERED_S = 5.0
 
 
-def timeit(fn, *, warmup=1, repeats=5, sync=None, adaptive=True):
+class BudgetSpent(Exception):
+    """Raised by :meth:`Bench.compare` when the run's time budget is spent; the
+    command line stops that suite there and says so."""
+
+
+def timeit(fn, *, warmup=1, repeats=5, sync=None, adaptive=True, limit_s=None):
     """Median wall time of ``fn()`` over ``repeats`` calls after ``warmup`` calls.
 
     With ``adaptive``, long calls are repeated less: a warm-up over 10 s gives one
-    timed call, over 2 s at most three (the count used is returned).
+    timed call, over 2 s at most three (the count used is returned). With
+    ``limit_s``, no call is started that the slowest call so far says would end
+    past it (at least one timed call is made). Returns ``(median, times)``.
     """
+    start = time.perf_counter()
+    slowest = 0.0
+
+    def call():
+        nonlocal slowest
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        t = time.perf_counter() - t0
+        slowest = max(slowest, t)
+        return t
+
     first = None
     for _ in range(warmup):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        first = time.perf_counter() - t0
+        first = call()
     if adaptive and first is not None:
-        repeats = 1 if first > 10 else min(repeats, 3) if first > 2 else repeats
+        repeats = _adapt(repeats, first)
     times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
+    for _ in range(max(repeats, 1)):
+        if (
+            times
+            and limit_s is not None
+            and time.perf_counter() - start + slowest > limit_s
+        ):
+            break
+        times.append(call())
     return statistics.median(times), times
+
+
+def _adapt(repeats, seconds):
+    """Fewer repeats for long calls: one over 10 s, at most three over 2 s."""
+    return 1 if seconds > 10 else min(repeats, 3) if seconds > 2 else repeats
 
 
 @dataclasses.dataclass
 class Result:
+    """One case: cold (first call in a fresh process) and warm (median after a
+    warm-up) times of both sides. Times are in seconds; None where not measured
+    (the ``*_cold`` dicts then say why)."""
+
     suite: str
     case: str
     n: int
     params: dict
     backend: str
-    xpml_s: float
+    xpml_s: float | None  # warm median
     ref_name: str
-    ref_s: float | None
-    repeats: int
+    ref_s: float | None  # warm median
+    repeats: int  # xpml warm calls timed
     note: str = ""
+    xpml_cold_s: float | None = None
+    ref_cold_s: float | None = None
+    ref_repeats: int = 0  # reference warm calls timed
+    #: detail of each cold call: peak_rss_mb, rss_before_mb, gpu_peak_mb, or error
+    #: / timed_out_after_s / skipped
+    xpml_cold: dict = dataclasses.field(default_factory=dict)
+    ref_cold: dict = dataclasses.field(default_factory=dict)
+    #: where the reference times came from when they were not measured here
+    reference_from: str | None = None
+
+    @property
+    def cold_ratio(self):
+        if self.xpml_cold_s and self.ref_cold_s:
+            return self.xpml_cold_s / self.ref_cold_s
+        return None
+
+    @property
+    def ref_once(self):
+        """The reference was timed once, cold, and that time stands for warm too."""
+        return self.ref_s is None and self.ref_cold_s is not None
+
+    @property
+    def warm_ratio(self):
+        """xpml warm / reference warm; a reference timed once (slow) counts its
+        cold call (:attr:`ref_once`)."""
+        ref = self.ref_s if self.ref_s else self.ref_cold_s
+        if self.xpml_s and ref:
+            return self.xpml_s / ref
+        return None
 
     @property
     def ratio(self):
-        return None if not self.ref_s else self.xpml_s / self.ref_s
+        """The headline ratio: warm where measured, else cold."""
+        return self.warm_ratio if self.warm_ratio is not None else self.cold_ratio
 
     def as_dict(self):
         d = dataclasses.asdict(self)
+        d["cold_ratio"] = self.cold_ratio
+        d["warm_ratio"] = self.warm_ratio
         d["ratio"] = self.ratio
+        d["ref_once"] = self.ref_once
         return d
 
 
@@ -103,10 +185,25 @@ class Bench:
 
     Attributes
     ----------
-    quick : bool
-        Small sizes only (a smoke run).
+    quick, tiny : bool
+        Small sizes (a smoke run); ``tiny``: the smallest, to check a pipeline.
     backend, device : the xpml backend the xpml side runs on.
-    repeats : int
+    repeats, warmup : int
+        Warm calls timed, after ``warmup`` untimed ones.
+    cold : {"fork", "spawn", "off"}
+        How the cold call's fresh process starts (:mod:`xpml.bench._cold`);
+        ``"off"`` times warm calls only.
+    budget_s : float or None
+        Wall time for the whole run: a case is not started once it is spent
+        (:class:`BudgetSpent`), and no cold call or warm loop runs past it.
+    case_timeout_s : float or None
+        Longest a cold call may run before it is stopped (reported as a bound).
+    ref_once_over_s : float or None
+        A reference whose cold call took longer than this is not timed warm:
+        its cold time stands for both (marked in the table).
+    reference : dict or None
+        Reference results of an earlier run (``--reference-from``), keyed by
+        ``(suite, case, n)``: used instead of timing the reference again.
     """
 
     def __init__(
@@ -115,28 +212,70 @@ class Bench:
         backend="numpy",
         device=None,
         quick=False,
+        tiny=False,
         repeats=5,
         warmup=1,
+        cold="fork",
+        preload=(),
+        budget_s=None,
+        case_timeout_s=None,
+        ref_once_over_s=None,
+        reference=None,
+        reference_name=None,
+        on_result=None,
         echo=print,
     ):
-        self.backend, self.device, self.quick = backend, device, quick
+        if cold not in COLD_MODES:
+            raise ValueError(f"cold must be one of {COLD_MODES}, got {cold!r}")
+        self.backend, self.device = backend, device
+        self.quick, self.tiny = quick or tiny, tiny
         self.repeats, self.warmup = repeats, warmup
+        self.cold, self.preload = cold, tuple(preload)
+        self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
+        self.ref_once_over_s = ref_once_over_s
+        self.reference = reference or {}
+        self.reference_name = reference_name
         self.results: list[Result] = []
+        self.stopped: list[str] = []  # suites stopped early, with the reason
+        self.on_result = on_result
         self.echo = echo
+        self._t0 = time.perf_counter()
+        self._runner = None
 
-    def sizes(self, full, quick):
-        """The sizes to run: ``full`` normally, ``quick`` with ``--quick``."""
+    def start(self):
+        """Start what the cold calls need (the fork server imports its libraries
+        while the first case builds its data)."""
+        if self.cold != "off" and self._runner is None:
+            self._runner = ColdRunner(self.cold, preload=self.preload)
+            self._runner.start()
+
+    # ---------------------------------------------------------------- helpers
+    def sizes(self, full, quick, tiny=None):
+        """The sizes to run: ``full`` normally, ``quick`` with ``--quick``, and
+        ``tiny`` (default: ``quick``) with ``--tiny``."""
+        if self.tiny and tiny is not None:
+            return list(tiny)
         return list(quick if self.quick else full)
 
     def sync(self):
-        if self.backend == "torch" and self.device and "cuda" in str(self.device):
-            import torch
+        fn = sync_for(self.backend, self.device)
+        if fn:
+            fn()
 
-            torch.cuda.synchronize()
-        elif self.backend == "cupy":
-            import cupy
+    def time_left(self):
+        """Seconds left in the run's budget (None: no budget)."""
+        if self.budget_s is None:
+            return None
+        return self.budget_s - (time.perf_counter() - self._t0)
 
-            cupy.cuda.get_current_stream().synchronize()
+    def budget_spent(self):
+        left = self.time_left()
+        return left is not None and left < MIN_CASE_S
+
+    def _limit(self):
+        """Longest the next cold call may run (None: no limit)."""
+        lims = [x for x in (self.case_timeout_s, self.time_left()) if x is not None]
+        return max(min(lims), 1.0) if lims else None
 
     def to_backend(self, *arrays):
         """Move NumPy arrays to the bench backend (outside the timed region)."""
@@ -148,6 +287,96 @@ class Bench:
         dev = _resolve_device(self.backend, self.device)
         out = tuple(move(a, xp, dev) for a in arrays)
         return out if len(out) > 1 else out[0]
+
+    def free_device_memory(self):
+        """Hand cached GPU memory back, so the next fresh process has the device."""
+        if self.backend == "cupy":
+            import cupy
+
+            cupy.get_default_memory_pool().free_all_blocks()
+        elif self.backend == "torch" and "cuda" in str(self.device):
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def close(self):
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    # ---------------------------------------------------------------- timing
+    def _cold_call(self, fn, side):
+        """The first call of ``fn`` in a fresh process ({} with cold="off")."""
+        if self.cold == "off":
+            return {}
+        self.start()
+        backend = self.backend if side == "xpml" else "numpy"
+        device = self.device if side == "xpml" else None
+        return self._runner.run(
+            fn, side=side, backend=backend, device=device, timeout=self._limit()
+        )
+
+    def _warm(self, fn, side, cold, *, once, plan, notes):
+        """Warm timing in this process: ``(median or None, calls timed)``.
+        ``once``: the cold call stands for it (without one: one call here, no
+        warm-up). A loop that would not fit in the time left is shortened, or
+        skipped with a note."""
+        import xpml
+
+        warmup, repeats = plan["warmup"], plan["repeats"]
+        if once:
+            if cold.get("ok") or cold.get("timed_out_after_s"):
+                return None, 0
+            warmup, repeats = 0, 1
+        limit, estimate = self._limit(), _cold_estimate(cold)
+        sync = sync_for(self.backend, self.device) if side == "xpml" else None
+        if estimate is not None and estimate > WARMUP_COVERED_S and not sync:
+            warmup = 0
+            if plan.get("adaptive", True):
+                repeats = _adapt(repeats, estimate)
+        if limit is not None and estimate is not None:
+            fits = int(limit // max(estimate, 1e-9))
+            if fits < warmup + 1:
+                took = (
+                    "its cold call was stopped"
+                    if math.isinf(estimate)
+                    else f"a call takes ~{estimate:.0f} s"
+                )
+                notes.append(f"{side} not timed warm ({took}; {limit:.0f} s allowed)")
+                return None, 0
+            repeats = min(repeats, fits - warmup)
+        with (
+            xpml.backend(self.backend, device=self.device, output="backend")
+            if side == "xpml"
+            else contextlib.nullcontext()
+        ):
+            t, times = timeit(
+                fn,
+                warmup=warmup,
+                repeats=repeats,
+                sync=sync,
+                adaptive=plan.get("adaptive", True),
+                limit_s=self.time_left(),
+            )
+        return t, len(times)
+
+    def _time_reference(self, ref_fn, estimate, *, once, plan, notes):
+        """The reference's ``(warm s, warm calls, cold detail)``; not run when
+        its ``estimate`` (seconds) is over the time allowed."""
+        limit = self._limit()
+        if estimate is not None and limit is not None and estimate > limit:
+            notes.append(
+                f"reference not run: estimated {estimate:.0f} s > {limit:.0f} s allowed"
+            )
+            return None, 0, {"ok": False, "skipped_estimate_s": estimate}
+        cold = self._cold_call(ref_fn, "ref")
+        slow = self.ref_once_over_s is not None and (
+            (cold.get("s") or 0) > self.ref_once_over_s
+        )
+        t, calls = self._warm(
+            ref_fn, "reference", cold, once=once or slow, plan=plan, notes=notes
+        )
+        return t, calls, cold
 
     def compare(
         self,
@@ -162,18 +391,41 @@ class Bench:
         note="",
         repeats=None,
         warmup=None,
+        once=False,
+        ref_once=False,
+        ref_estimate_s=None,
     ):
         """Time ``xpml_fn`` (under the bench backend) and ``ref_fn`` (on the CPU)
-        in the same run and record both."""
-        import xpml
+        in the same run, cold and warm, and record both.
 
-        reps = repeats or self.repeats
-        warm = self.warmup if warmup is None else warmup
-        with xpml.backend(self.backend, device=self.device, output="backend"):
-            t_x, times = timeit(xpml_fn, warmup=warm, repeats=reps, sync=self.sync)
-        t_r = None
-        if ref_fn is not None:
-            t_r, _ = timeit(ref_fn, warmup=warm, repeats=len(times), adaptive=False)
+        ``once``: both sides are timed by their cold call only (long cases);
+        ``ref_once``: the reference is (a slow one). ``ref_estimate_s``: the
+        suite's estimate of the reference's time; over the time allowed, the
+        reference is not run and the note says so.
+        """
+        if self.budget_spent():
+            raise BudgetSpent(f"time budget of {self.budget_s:.0f} s spent")
+        notes = [note] if note else []
+        plan = {
+            "warmup": self.warmup if warmup is None else warmup,
+            "repeats": repeats or self.repeats,
+        }
+        x_cold = self._cold_call(xpml_fn, "xpml")
+        t_x, n_x = self._warm(
+            xpml_fn, "xpml", x_cold, once=once, plan=plan, notes=notes
+        )
+        known = self.reference.get((suite, case, int(n)))
+        t_r, n_r, r_cold = None, 0, {}
+        if known is not None:
+            t_r, n_r, r_cold, ref_name = _known_reference(known, ref_name)
+            if t_r is None and r_cold.get("s") is None:
+                notes.append(f"reference: not timed in {self.reference_name}")
+        elif ref_fn is not None:
+            # as many calls as xpml had, when it had some
+            plan = {**plan, "repeats": n_x or plan["repeats"], "adaptive": not n_x}
+            t_r, n_r, r_cold = self._time_reference(
+                ref_fn, ref_estimate_s, once=once or ref_once, plan=plan, notes=notes
+            )
         r = Result(
             suite,
             case,
@@ -183,26 +435,57 @@ class Bench:
             t_x,
             ref_name,
             t_r,
-            len(times),
-            note,
+            n_x,
+            "; ".join(notes + _cold_errors(x_cold, r_cold)),
+            xpml_cold_s=x_cold.get("s") if x_cold.get("ok") else None,
+            ref_cold_s=r_cold.get("s") if r_cold.get("ok") else None,
+            ref_repeats=n_r,
+            xpml_cold=_detail(x_cold),
+            ref_cold=_detail(r_cold),
+            reference_from=self.reference_name if known is not None else None,
         )
+        return self._record(r)
+
+    def _record(self, r):
         self.results.append(r)
-        ratio = f"{r.ratio:6.2f}x" if r.ratio else "   n/a"
-        ref = f"{t_r * 1e3:10.1f} ms" if t_r else "          -"
-        self.echo(
-            f"{suite:>10} {case:<34} n={n:<7} xpml {t_x * 1e3:10.1f} ms   "
-            f"{ref_name} {ref}   ratio {ratio} {note}"
-        )
+        with contextlib.suppress(Exception):
+            self.free_device_memory()
+        self.echo(_line(r))
+        if self.on_result:
+            self.on_result(r)
         return r
 
     # ------------------------------------------------------------------ output
-    def write(self, out_dir, tag="latest"):
+    def settings(self):
+        return {
+            "quick": self.quick,
+            "tiny": self.tiny,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "cold": self.cold,
+            "budget_s": self.budget_s,
+            "case_timeout_s": self.case_timeout_s,
+            "ref_once_over_s": self.ref_once_over_s,
+            "reference_from": self.reference_name,
+            "elapsed_s": round(time.perf_counter() - self._t0, 1),
+        }
+
+    def write(self, out_dir, tag="latest", plot=True):
         os.makedirs(out_dir, exist_ok=True)
         info = machine_info(self.backend, self.device)
         rows = [r.as_dict() for r in self.results]
         base = os.path.join(out_dir, f"bench-{tag}")
         with open(base + ".json", "w") as fh:
-            json.dump({"machine": info, "results": rows}, fh, indent=1)
+            json.dump(
+                {
+                    "machine": info,
+                    "settings": self.settings(),
+                    "results": rows,
+                    "stopped": self.stopped,
+                },
+                fh,
+                indent=1,
+            )
         with open(base + ".md", "w") as fh:
             fh.write(f"# xpml benchmarks ({tag})\n\n")
             fh.write(
@@ -210,22 +493,13 @@ class Bench:
                 + ", ".join(f"{k}={v}" for k, v in info.items() if v)
                 + "\n\n"
             )
-            fh.write(
-                "Median of repeats after a warm-up; ratio = xpml / reference "
-                "(below 1: xpml is faster).\n\n"
-            )
-            fh.write(
-                "| suite | case | n | xpml (ms) | reference | ref (ms) | ratio | note |\n"
-            )
-            fh.write("|---|---|---:|---:|---|---:|---:|---|\n")
-            for r in self.results:
-                ref = f"{r.ref_s * 1e3:.1f}" if r.ref_s else "-"
-                ratio = f"{r.ratio:.2f}" if r.ratio else "-"
-                fh.write(
-                    f"| {r.suite} | {r.case} | {r.n} | {r.xpml_s * 1e3:.1f} | {r.ref_name} "
-                    f"| {ref} | {ratio} | {r.note} |\n"
-                )
-        self._plot(base + ".png")
+            fh.write(markdown_table(self.results, cold=self.cold))
+            for line in self.stopped:
+                fh.write(f"\n* {line}")
+            if self.stopped:
+                fh.write("\n")
+        if plot:
+            self._plot(base + ".png")
         return base
 
     def _plot(self, path):
@@ -250,11 +524,133 @@ class Bench:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("n")
-        ax.set_ylabel("time ratio xpml / reference")
+        ax.set_ylabel("time ratio xpml / reference (warm)")
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
+
+
+def _known_reference(row, ref_name):
+    """``(warm s, warm calls, cold detail, name)`` of a reference from an earlier
+    run's row."""
+    cold = dict(row.get("ref_cold") or {})
+    if row.get("ref_cold_s") is not None:
+        cold.update(ok=True, s=row["ref_cold_s"])
+    return (
+        row.get("ref_s"),
+        row.get("ref_repeats") or 0,
+        cold,
+        row.get("ref_name", ref_name),
+    )
+
+
+def _cold_errors(x_cold, r_cold):
+    return [
+        f"{side} cold: {c['error']}"
+        for side, c in (("xpml", x_cold), ("reference", r_cold))
+        if c and not c.get("ok") and "error" in c
+    ]
+
+
+def _detail(c):
+    """A cold result less what the table has in columns of its own."""
+    return {k: v for k, v in c.items() if k not in ("ok", "s")}
+
+
+def _cold_estimate(c):
+    """Seconds one call takes, from a cold result (an upper bound for warm)."""
+    if not c:
+        return None
+    if c.get("ok"):
+        return c["s"]
+    if c.get("timed_out_after_s"):
+        return math.inf
+    return None
+
+
+def _ms(s):
+    return "-" if s is None else f"{s * 1e3:.1f}"
+
+
+def _cold_cell(s, detail):
+    if s is not None:
+        return _ms(s)
+    if detail.get("timed_out_after_s"):
+        return f"> {detail['timed_out_after_s'] * 1e3:.0f}"
+    return "-"
+
+
+def _mem_cell(detail):
+    peak = detail.get("peak_rss_mb")
+    if peak is None:
+        return "-"
+    cell = f"{peak:.0f}"
+    if detail.get("rss_before_mb") is not None:
+        cell += f" (+{max(peak - detail['rss_before_mb'], 0):.0f})"
+    if detail.get("gpu_peak_mb"):
+        cell += f", GPU {detail['gpu_peak_mb']:.0f}"
+    return cell
+
+
+def _ratio_cell(v, mark=""):
+    return "-" if v is None else f"{v:.2f}{mark}"
+
+
+def markdown_table(results, cold="fork"):
+    """The results as a markdown table with a short legend."""
+    lines = [
+        "cold: the first call in a fresh process (imports and data not timed; "
+        f"process start: {cold}). warm: median of repeats after a warm-up in one "
+        f"process (on the CPU, none after a cold call over {WARMUP_COVERED_S:.0f} s). ratio = xpml / reference (below 1: xpml is faster). "
+        "† the reference was timed once (cold), which stands for its warm time. "
+        "peak MB: the cold process's peak resident memory (ru_maxrss), and in "
+        "brackets what the call added to it; GPU: device memory the process held "
+        "(its data included).",
+        "",
+        "| suite | case | n | xpml cold (ms) | xpml warm (ms) | reference "
+        "| ref cold (ms) | ref warm (ms) | cold ratio | warm ratio "
+        "| xpml peak MB | ref peak MB | note |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        ref = r.ref_name + (f" ({r.reference_from})" if r.reference_from else "")
+        lines.append(
+            f"| {r.suite} | {r.case} | {r.n} "
+            f"| {_cold_cell(r.xpml_cold_s, r.xpml_cold)} | {_ms(r.xpml_s)} "
+            f"| {ref} | {_cold_cell(r.ref_cold_s, r.ref_cold)} | {_ms(r.ref_s)} "
+            f"| {_ratio_cell(r.cold_ratio)} "
+            f"| {_ratio_cell(r.warm_ratio, '†' if r.ref_once else '')} "
+            f"| {_mem_cell(r.xpml_cold)} | {_mem_cell(r.ref_cold)} | {r.note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _line(r):
+    """One console line for a result."""
+
+    def t(s, detail=None):
+        if s is None and detail and detail.get("timed_out_after_s"):
+            return f">{detail['timed_out_after_s']:.0f} s".rjust(10)
+        return "-".rjust(10) if s is None else f"{s * 1e3:8.1f}ms"
+
+    cr, wr = r.cold_ratio, r.warm_ratio
+    return (
+        f"{r.suite:>10} {r.case:<34} n={r.n:<7} "
+        f"xpml cold {t(r.xpml_cold_s, r.xpml_cold)} warm {t(r.xpml_s)} | "
+        f"{r.ref_name} cold {t(r.ref_cold_s, r.ref_cold)} warm {t(r.ref_s)} | "
+        f"ratio cold {'   -' if cr is None else f'{cr:5.2f}x'} "
+        f"warm {'   -' if wr is None else f'{wr:5.2f}x'}{'†' if r.ref_once else ''}"
+        f" {r.note}"
+    )
+
+
+def load_reference(path):
+    """``({(suite, case, n): row}, name)`` from an earlier run's JSON."""
+    with open(path) as fh:
+        data = json.load(fh)
+    rows = {(r["suite"], r["case"], int(r["n"])): r for r in data["results"]}
+    return rows, os.path.basename(path)
 
 
 def discover():

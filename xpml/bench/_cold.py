@@ -1,0 +1,354 @@
+"""The cold call: the first call of one side of a case, in a fresh process.
+
+:meth:`xpml.bench.Bench.compare` hands the case's closure (``xpml_fn`` or
+``ref_fn``, with the data and models it holds) to :class:`ColdRunner`, which
+pickles it with cloudpickle into a file and starts a fresh process on it. That
+process loads the file (imports and data: not timed), takes the parent's
+thread limits and, for the xpml side, the bench backend, then times one call
+(with a device synchronisation on a GPU) and writes a JSON result: the time,
+its peak resident memory (``ru_maxrss``), its resident memory just before the
+call, and on a GPU the device memory it used.
+
+Two ways to start the process:
+
+``"fork"`` (the default)
+    Forked from a server process (started once per run, a new interpreter
+    itself) that has only imported the libraries: NumPy, SciPy, scikit-learn,
+    PyTorch where a suite needs it (never touching CUDA) and xpml. Imports are not timed in either
+    mode, so the call is as cold as in a new interpreter, and starting one costs
+    a fraction of a second instead of several. The preloaded libraries count in
+    both sides' resident memory.
+``"spawn"``
+    A new interpreter per call: its resident memory holds only what the case needs (``xpml bench --large``
+    uses it for the peak-memory column).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import pickle
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = ["ColdRunner", "sync_for", "MODES"]
+
+MODES = ("fork", "spawn", "off")
+
+#: imported once by the fork server (missing ones are skipped), with the libraries
+#: the chosen suites name (``REQUIRES``, ``PRELOAD``, e.g. torch); no module may
+#: touch CUDA at import time, since a forked child cannot inherit it
+PRELOAD = (
+    "numpy",
+    "scipy.linalg",
+    "scipy.spatial",
+    "sklearn.svm",
+    "sklearn.neighbors",
+    "sklearn.ensemble",
+    "sklearn.tree",
+    "sklearn.cluster",
+    "sklearn.decomposition",
+    "sklearn.kernel_ridge",
+    "sklearn.linear_model",
+    "sklearn.metrics.pairwise",
+    "threadpoolctl",
+    "xpml",
+    "xpml.bench._cold",
+)
+
+
+def _cloudpickle():
+    try:
+        import cloudpickle
+    except ImportError:  # older joblib vendored it
+        from joblib.externals import cloudpickle  # type: ignore[no-redef]
+    return cloudpickle
+
+
+def sync_for(backend, device):
+    """A callable that waits for the device of ``backend`` (None on the CPU)."""
+    if backend == "cupy":
+
+        def sync():
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
+
+        return sync
+    if backend == "torch" and device is not None and "cuda" in str(device):
+
+        def sync():
+            import torch
+
+            torch.cuda.synchronize()
+
+        return sync
+    return None
+
+
+def _thread_state():
+    """The thread limits in force here, for a child to apply."""
+    pools = []
+    with contextlib.suppress(Exception):
+        from threadpoolctl import threadpool_info
+
+        pools = [
+            {k: d[k] for k in ("filepath", "prefix", "num_threads")}
+            for d in threadpool_info()
+        ]
+    torch_threads = None
+    if "torch" in sys.modules:
+        torch_threads = sys.modules["torch"].get_num_threads()
+    return pools, torch_threads
+
+
+def _rss_mb():
+    """Resident memory now (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb():
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def _gpu_peak_mb():
+    """Device memory the call used, where a GPU library is active."""
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_initialized():
+                return torch.cuda.max_memory_allocated() / 2**20
+    if "cupy" in sys.modules:
+        with contextlib.suppress(Exception):
+            return sys.modules["cupy"].get_default_memory_pool().total_bytes() / 2**20
+    return None
+
+
+def _child(payload_path, result_path):
+    """Load the case, time its first call, write the result (runs in the child)."""
+    out = {"ok": False, "error": "did not finish"}
+    try:
+        with open(payload_path, "rb") as fh:
+            payload = pickle.load(fh)
+        pools, torch_threads = payload["threads"]
+        limits = contextlib.nullcontext()
+        if pools:
+            with contextlib.suppress(Exception):
+                from threadpoolctl import threadpool_limits
+
+                limits = threadpool_limits(limits=pools)
+        if torch_threads and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(torch_threads)
+        ctx = contextlib.nullcontext()
+        sync = None
+        if payload["side"] == "xpml":
+            import xpml
+
+            ctx = xpml.backend(
+                payload["backend"], device=payload["device"], output="backend"
+            )
+            sync = sync_for(payload["backend"], payload["device"])
+        fn = payload["fn"]
+        rss_before = _rss_mb()
+        with limits, ctx:
+            t0 = time.perf_counter()
+            fn()
+            if sync:
+                sync()
+            seconds = time.perf_counter() - t0
+        out = {
+            "ok": True,
+            "s": seconds,
+            "peak_rss_mb": _peak_rss_mb(),
+            "rss_before_mb": rss_before,
+            "gpu_peak_mb": _gpu_peak_mb(),
+        }
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    with open(result_path, "w") as fh:
+        json.dump(out, fh)
+
+
+class ColdRunner:
+    """Runs one call of a closure in a fresh process (see the module docstring)."""
+
+    def __init__(self, mode="fork", preload=()):
+        if mode not in ("fork", "spawn"):
+            raise ValueError(f"cold mode must be 'fork' or 'spawn', got {mode!r}")
+        if mode == "fork" and not hasattr(os, "fork"):
+            mode = "spawn"  # Windows
+        self.mode = mode
+        self.preload = list(PRELOAD) + [m for m in preload if m not in PRELOAD]
+        self._dir = tempfile.mkdtemp(prefix="xpml-bench-cold-")
+        atexit.register(self.close)
+        self._server = None
+        self._count = 0
+
+    def start(self):
+        """Start the fork server now, so that its imports overlap the caller's
+        work (the first cold call would start it otherwise)."""
+        if self.mode != "fork" or self._server is not None:
+            return
+        cmd = [sys.executable, "-c", _SERVER, *self.preload]
+        self._server = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env()
+        )
+        self._buf = b""
+
+    def close(self):
+        import shutil
+
+        self.close_server()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def close_server(self):
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                self._server.stdin.close()  # the server exits at end of input
+                self._server.wait(timeout=10)
+            with contextlib.suppress(Exception):
+                self._server.kill()
+            self._server = None
+
+    def run(self, fn, *, side, backend="numpy", device=None, timeout=None):
+        """Time the first call of ``fn`` in a fresh process.
+
+        Returns a dict: ``ok``, ``s`` (seconds), ``peak_rss_mb``,
+        ``rss_before_mb``, ``gpu_peak_mb``; or ``ok=False`` with ``error``, and
+        ``timed_out_after_s`` when the call was stopped at ``timeout``.
+        """
+        self._count += 1
+        payload = os.path.join(self._dir, f"case{self._count}.pkl")
+        result = os.path.join(self._dir, f"case{self._count}.json")
+        try:
+            data = {
+                "fn": fn,
+                "side": side,
+                "backend": backend,
+                "device": None if device is None else str(device),
+                "threads": _thread_state(),
+            }
+            with open(payload, "wb") as fh:
+                _cloudpickle().dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            with contextlib.suppress(OSError):
+                os.remove(payload)
+            return {"ok": False, "error": f"cannot pickle the case: {exc}"[:300]}
+        try:
+            try:
+                stopped = self._start(payload, result, timeout)
+            except (OSError, RuntimeError, ValueError) as exc:
+                self.close_server()  # a later call starts a new one
+                return {"ok": False, "error": f"cold-call process failed: {exc}"}
+            if stopped:
+                return {
+                    "ok": False,
+                    "error": f"stopped after {timeout:.0f} s",
+                    "timed_out_after_s": timeout,
+                }
+            try:
+                with open(result) as fh:
+                    return json.load(fh)
+            except (OSError, ValueError):
+                return {"ok": False, "error": "the process died before reporting"}
+        finally:
+            for p in (payload, result):
+                with contextlib.suppress(OSError):
+                    os.remove(p)
+
+    def _start(self, payload, result, timeout):
+        """Run the child; True when it was stopped at ``timeout``."""
+        if self.mode == "spawn":
+            cmd = [sys.executable, "-c", _SPAWNED, payload, result]
+            try:
+                subprocess.run(cmd, env=_child_env(), timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                return True
+            return False
+        self.start()
+        server = self._server
+        server.stdin.write((json.dumps([payload, result]) + "\n").encode())
+        server.stdin.flush()
+        pid = json.loads(self._readline(None))["pid"]
+        line = self._readline(timeout)
+        if line is None:  # still running at the limit
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self._readline(None)  # the server reaps it
+            return True
+        return False
+
+    def _readline(self, timeout):
+        """One line from the server (None at ``timeout``)."""
+        import select
+
+        fd = self._server.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError("the cold-call server exited")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode()
+
+
+_SERVER = "import sys; from xpml.bench._cold import _serve; _serve(sys.argv[1:])"
+_SPAWNED = "import sys; from xpml.bench._cold import _child; _child(*sys.argv[1:])"
+
+
+def _child_env():
+    """The environment of a fresh process: this one's, with xpml importable."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [root] + [p for p in [env.get("PYTHONPATH")] if p]
+    )
+    return env
+
+
+def _serve(preload):
+    """The fork server: import ``preload``, then fork one child per request.
+
+    Requests come on stdin as JSON lines ``[payload, result]``; for each, the
+    child's pid and then its end are written as JSON lines on the original
+    stdout. Everything else printed here or in a child goes to stderr.
+    """
+    import importlib
+
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # prints from imports and children: to stderr
+    for name in preload:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    for line in sys.stdin:
+        payload, result = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: run the case and leave at once
+            code = 0
+            try:
+                os.close(0)
+                _child(payload, result)
+            except BaseException:  # noqa: BLE001 - the parent sees no result file
+                code = 1
+            finally:
+                os._exit(code)
+        proto.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        proto.write(json.dumps({"end": pid, "status": status}) + "\n")
