@@ -87,13 +87,7 @@ def spectra(r_values=(0.1, 10.0)):
     return res
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpml demo arow", description=__doc__)
-    parser.add_argument("--out", default=None, help="folder for the PNG")
-    args = parser.parse_args(argv)
-    from xpml.demos import out_dir, plt_or_none
-
-    warnings.simplefilter("ignore", RuntimeWarning)
+def _show_updates():
     print("Eight identical updates along x = [1, 0] from mu = 0, Sigma = I, r = 1")
     print(f"{'step':>4} {'mu_1':>10} {'Sigma_11':>10} {'Sigma_22':>10}")
     rows = eight_updates()
@@ -104,8 +98,10 @@ def main(argv=None) -> int:
         "slowly because the step moves along Sigma x and Sigma shrinks along x; the "
         "variance of the never-seen direction stays exactly 1."
     )
+    return rows
 
-    scales = (0.02, 1.0, 50.0)
+
+def _show_scales(scales):
     table = scale_table(scales)
     print(
         "\nOnline mistakes (600 rows, mean of 4 streams) with one pure-noise column "
@@ -120,7 +116,10 @@ def main(argv=None) -> int:
         f"diagonal AROW {ad[2] - ad[1]:+.0f}: AROW's variance for that column shrinks at "
         f"once, so it learns the scale; PA's step is tied to ||x||^2, dominated by noise."
     )
+    return table
 
+
+def _show_sweep():
     sweep = r_sweep()
     for flip, sweep_rows in sweep.items():
         print(
@@ -135,7 +134,10 @@ def main(argv=None) -> int:
         "explode: each confident mistake pushes an eigenvalue of Sigma through zero, the "
         "floor catches it, and noisy labels make this happen over and over."
     )
+    return sweep
 
+
+def _show_spectra():
     spec = spectra()
     print("\nFinal covariance spectrum (d = 20 + bias, 20% flipped labels)")
     for r, (ev, clamps, upd) in spec.items():
@@ -147,42 +149,63 @@ def main(argv=None) -> int:
         "-> Sigma collapses along the directions seen most; with large r most eigenvalues "
         "sit on the 1e-9 floor and the learner has stopped learning there."
     )
+    return spec
 
+
+def _plot_updates_and_scales(ax, res):
+    steps = np.arange(1, 9)
+    rows = res["rows"]
+    ax[0].plot(steps, [r[0] for r in rows], "o-", label="mu_1")
+    ax[0].plot(steps, [r[1] for r in rows], "s-", label="Sigma_11")
+    ax[0].plot(steps, [r[2] for r in rows], "^-", label="Sigma_22 (unseen)")
+    ax[0].set_xlabel("update")
+    ax[0].set_title("eight identical updates")
+    ax[0].legend()
+    for name, vals in res["table"].items():
+        ax[1].plot(res["scales"], vals, "o-", label=name)
+    ax[1].set_xscale("log")
+    ax[1].set_xlabel("scale of the noise column")
+    ax[1].set_ylabel("online mistakes")
+    ax[1].set_title("feature scale")
+    ax[1].legend(fontsize=8)
+
+
+def _plot_sweep_and_spectra(ax, res):
+    for flip, rows_ in res["sweep"].items():
+        ax[2].plot(
+            [r for r, _, _ in rows_],
+            [m for _, m, _ in rows_],
+            "o-",
+            label=f"{int(flip * 100)}% flipped",
+        )
+    ax[2].set_xscale("log")
+    ax[2].set_xlabel("r")
+    ax[2].set_ylabel("online mistakes")
+    ax[2].set_title("r sweep")
+    ax[2].legend()
+    for r, (ev, clamps, _) in res["spec"].items():
+        ax[3].semilogy(ev, "o-", label=f"r={r:g} ({clamps} clamps)")
+    ax[3].set_xlabel("index")
+    ax[3].set_ylabel("eigenvalue of Sigma")
+    ax[3].set_title("final covariance spectrum")
+    ax[3].legend()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="xpml demo arow", description=__doc__)
+    parser.add_argument("--out", default=None, help="folder for the PNG")
+    args = parser.parse_args(argv)
+    from xpml.demos import out_dir, plt_or_none
+
+    warnings.simplefilter("ignore", RuntimeWarning)
+    scales = (0.02, 1.0, 50.0)
+    res = {"rows": _show_updates(), "scales": scales, "table": _show_scales(scales)}
+    res.update(sweep=_show_sweep(), spec=_show_spectra())
     plt = plt_or_none()
     if plt is not None:
         fig, ax = plt.subplots(1, 4, figsize=(18, 4))
-        steps = np.arange(1, 9)
-        ax[0].plot(steps, [r[0] for r in rows], "o-", label="mu_1")
-        ax[0].plot(steps, [r[1] for r in rows], "s-", label="Sigma_11")
-        ax[0].plot(steps, [r[2] for r in rows], "^-", label="Sigma_22 (unseen)")
-        ax[0].set_xlabel("update")
-        ax[0].set_title("eight identical updates")
-        ax[0].legend()
-        for name, vals in table.items():
-            ax[1].plot(scales, vals, "o-", label=name)
-        ax[1].set_xscale("log")
-        ax[1].set_xlabel("scale of the noise column")
-        ax[1].set_ylabel("online mistakes")
-        ax[1].set_title("feature scale")
-        ax[1].legend(fontsize=8)
-        for flip, rows_ in sweep.items():
-            ax[2].plot(
-                [r for r, _, _ in rows_],
-                [m for _, m, _ in rows_],
-                "o-",
-                label=f"{int(flip * 100)}% flipped",
-            )
-        ax[2].set_xscale("log")
-        ax[2].set_xlabel("r")
-        ax[2].set_ylabel("online mistakes")
-        ax[2].set_title("r sweep")
-        ax[2].legend()
-        for r, (ev, clamps, _) in spec.items():
-            ax[3].semilogy(ev, "o-", label=f"r={r:g} ({clamps} clamps)")
-        ax[3].set_xlabel("index")
-        ax[3].set_ylabel("eigenvalue of Sigma")
-        ax[3].set_title("final covariance spectrum")
-        ax[3].legend()
+        _plot_updates_and_scales(ax, res)
+        _plot_sweep_and_spectra(ax, res)
         fig.tight_layout()
         path = os.path.join(out_dir(args.out), "arow.png")
         fig.savefig(path, dpi=90)
