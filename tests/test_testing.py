@@ -256,3 +256,16 @@ def test_summary_lists_kinds_and_sites(t):
         float(t[1])
     text = c.summary()
     assert "syncs=2" in text and "float=2" in text and "test_testing.py:" in text
+
+
+@pytest.mark.gpu
+def test_a_gpu_read_back_is_one_sync():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU: run by ci/gpu_check.sh on a GPU machine")
+    g = torch.arange(4.0, device="cuda")
+    with count_syncs() as c:
+        g.cpu().numpy()  # the move is the sync, numpy() of its result is free
+        torch.asarray(np.ones(2), device="cuda")
+        torch.ones(2).to("cuda")
+    assert c.by_kind["to_host"] == 1 and c.syncs == 1, c.summary()
+    assert c.by_kind["upload_host"] == 1 and c.by_kind["upload_device"] == 1

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -383,13 +384,20 @@ def _mode_class():
             super().__init__()
             self.count, self.classifier = count, classifier
             self.edges, self.stop, self.sites = edges, stop, sites
+            self.downloaded = weakref.WeakSet()  # results of device -> CPU moves
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", "")
-            if name not in _METADATA:
-                self.note(self.classifier.kind(func, args, kwargs))
-            return func(*args, **kwargs)
+            if getattr(func, "__name__", "") in _METADATA:
+                return func(*args, **kwargs)
+            kind = self.classifier.kind(func, args, kwargs)
+            if kind == "numpy" and args[0] in self.downloaded:
+                kind = None  # x.cpu().numpy(): the move was the sync
+            self.note(kind)
+            out = func(*args, **kwargs)
+            if kind == "to_host" and isinstance(out, torch.Tensor):
+                self.downloaded.add(out)
+            return out
 
         def note(self, kind):
             frame = sys._getframe(2)
