@@ -659,14 +659,19 @@ def test_predict_sync_budget(row):
     assert not problems, "; ".join(problems) + "\n" + p.summary()
 
 
-if __name__ == "__main__":  # print the table: python tests/test_sync_budget.py [names]
+if __name__ == "__main__":  # python tests/test_sync_budget.py [--sites] [names]
     import sys
     import time
     import warnings
 
     warnings.simplefilter("ignore")
+    names = [a for a in sys.argv[1:] if not a.startswith("--")]
     for row in ROWS:
-        if len(sys.argv) > 1 and row.name not in sys.argv[1:]:
+        if (names and row.name not in names) or row.label:
             continue
         t = time.perf_counter()
         print(_fmt(row), f"[{time.perf_counter() - t:.1f}s]", flush=True)
+        if "--sites" in sys.argv:
+            a = _measure_row(row)
+            for site, n in a.fit.top(6) + a.predict.top(3):
+                print(f"    {n:6d}  {site}")
