@@ -418,10 +418,10 @@ def test_blocked_products_equal_one_block(xp):
         xp.asarray(np.ones(7)),
     )
     one = _binary_newton_system(
-        Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=101
+        Xb, z, y01, swb, w, lam=0.5, xp=xp.xp, fit_intercept=True, rows=101
     )
     blk = _binary_newton_system(
-        Xb, z, y01, swb, w, 0.5, xp=xp.xp, fit_intercept=True, rows=10
+        Xb, z, y01, swb, w, lam=0.5, xp=xp.xp, fit_intercept=True, rows=10
     )
     for a, b in zip(one, blk):
         np.testing.assert_allclose(

@@ -173,7 +173,7 @@ def _dot_kernel_portable(G, /, *, xp, gamma, coef0, degree, kind, inplace=False)
     return Z**degree if kind == "poly" else xp.tanh(Z)
 
 
-def _dot_kernel_ufuncs(lib, G, gamma, coef0, degree, kind, inplace):
+def _dot_kernel_ufuncs(lib, G, /, *, gamma, coef0, degree, kind, inplace):
     Z = lib.multiply(G, gamma, out=G if inplace else None)
     lib.add(Z, coef0, out=Z)
     return lib.power(Z, degree, out=Z) if kind == "poly" else lib.tanh(Z, out=Z)
@@ -181,14 +181,18 @@ def _dot_kernel_ufuncs(lib, G, gamma, coef0, degree, kind, inplace):
 
 @fast_path("kernels.dot_kernel", "numpy", example=_dot_example)
 def _dot_kernel_numpy(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
-    return _dot_kernel_ufuncs(np, G, gamma, coef0, degree, kind, inplace)
+    return _dot_kernel_ufuncs(
+        np, G, gamma=gamma, coef0=coef0, degree=degree, kind=kind, inplace=inplace
+    )
 
 
 @fast_path("kernels.dot_kernel", "cupy", example=_dot_example)
 def _dot_kernel_cupy(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
     import cupy
 
-    return _dot_kernel_ufuncs(cupy, G, gamma, coef0, degree, kind, inplace)
+    return _dot_kernel_ufuncs(
+        cupy, G, gamma=gamma, coef0=coef0, degree=degree, kind=kind, inplace=inplace
+    )
 
 
 @fast_path("kernels.dot_kernel", "torch", example=_dot_example)
@@ -235,7 +239,7 @@ def _l1_distances_numpy(X, Y, /, *, xp):
 
 
 def resolve_kernel_params(
-    kernel, n_features, gamma=None, degree=3, coef0=1.0, sigma=None
+    kernel, n_features, gamma=None, degree=3, coef0=1.0, *, sigma=None
 ):
     """Fill in defaults: ``gamma=None`` means ``1/n_features``; ``sigma`` sets the
     RBF width as ``gamma = 1/(2 sigma²)``."""
@@ -446,7 +450,9 @@ def gram_blocks(
     ctx, X, Yv = _prepare(X, Y)
     symmetric = Y is None
     Yv = X if symmetric else Yv
-    kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
+    kernel, p = resolve_kernel_params(
+        kernel, X.shape[1], gamma, degree, coef0, sigma=sigma
+    )
     rows = block_rows_for(
         Yv.shape[0],
         X.shape[1],
@@ -550,7 +556,9 @@ def gram(
     ctx, X, Yv = _prepare(X, Y)
     symmetric = Y is None
     Yv = X if symmetric else Yv
-    kernel, p = resolve_kernel_params(kernel, X.shape[1], gamma, degree, coef0, sigma)
+    kernel, p = resolve_kernel_params(
+        kernel, X.shape[1], gamma, degree, coef0, sigma=sigma
+    )
     K = kernel_matrix(
         X,
         Yv,

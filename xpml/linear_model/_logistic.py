@@ -62,12 +62,12 @@ def _probs(Z, /, *, xp, binary):
     return sigmoid(Z, xp=xp) if binary else softmax(Z, xp=xp, axis=1)
 
 
-def _objective(X, Y, sw, W, b, lam, /, *, xp, binary):
+def _objective(X, Y, sw, W, b, /, *, lam, xp, binary):
     F = _loss(_scores(X, W, b, xp=xp), Y, sw, xp=xp, binary=binary)
     return F + 0.5 * lam * xp.sum(W * W) if lam else F
 
 
-def _gradient(X, Y, sw, W, b, lam, /, *, xp, binary, fit_intercept):
+def _gradient(X, Y, sw, W, b, /, *, lam, xp, binary, fit_intercept):
     """``(∇_W F, ∇_b F, residual)`` with residual ``ω (p − y)`` (n, m)."""
     P = _probs(_scores(X, W, b, xp=xp), xp=xp, binary=binary)
     Rw = sw[:, None] * (P - Y)
@@ -83,7 +83,7 @@ def _augment(X, /, *, xp):
     return xp.concat([ones, X], axis=1)
 
 
-def _binary_newton_system(X, z, y, sw, w, lam, /, *, xp, fit_intercept, rows=None):
+def _binary_newton_system(X, z, y, sw, w, /, *, lam, xp, fit_intercept, rows=None):
     """Gradient and Hessian of the binary objective at scores ``z``, in one pass over
     ``X`` by row blocks (each block is used three times while it is in cache):
     ``g = Xᵀ ω(s − y) (+ λw)`` and ``H = XᵀΩX (+ λI)`` with ``Ω = diag(ω s(1 − s))``,
@@ -259,7 +259,9 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         solve = getattr(self, f"_solve_{self.solver}")
         owner = type(self).__name__
         with linalg_errors(X, xp=xp, what="Newton system / Hessian", owner=owner):
-            W, b, n_iter, converged = solve(X, Y, sw, W, b, lam, xp=xp, binary=binary)
+            W, b, n_iter, converged = solve(
+                X, Y, sw, W, b, lam=lam, xp=xp, binary=binary
+            )
         check_finite_result(W, X, xp=xp, what="coefficients", owner=owner)
         if (
             not lam
@@ -295,7 +297,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             xp.sum(sw)
         )
 
-    def _solve_newton(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+    def _solve_newton(self, X, Y, sw, W, b, /, *, lam, xp, binary):
         fi = self.fit_intercept
         total = float(xp.sum(sw))
         codes = xp.astype(Y[:, 0], xp.int64) if binary else xp.argmax(Y, axis=1)
@@ -306,7 +308,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         for it in range(1, self.max_iter + 1):
             if binary:
                 gW, gb, H = _binary_newton_system(
-                    X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam, xp=xp, fit_intercept=fi
+                    X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam=lam, xp=xp, fit_intercept=fi
                 )
                 gW = gW[:, None]
             else:
@@ -332,7 +334,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
                 )
                 eW, eb = (e[1:, None], e[:1]) if fi else (e[:, None], xp.zeros_like(b))
             else:
-                eW, eb = self._newton_step_multi(Xa, sw, P, gW, gb, lam, xp=xp)
+                eW, eb = self._newton_step_multi(Xa, sw, P, gW, gb, lam=lam, xp=xp)
             # backtracking (Armijo) line search on F, along dZ = X eW + eb (one pass)
             dZ = X @ eW + eb
             slope = float(xp.sum(gW * eW) + (xp.sum(gb * eb) if fi else 0.0))
@@ -347,7 +349,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             W, b, F, Z = Wn, bn, Fn, Zn
         return W, b, it, converged
 
-    def _newton_step_multi(self, Xa, sw, P, gW, gb, lam, /, *, xp):
+    def _newton_step_multi(self, Xa, sw, P, gW, gb, /, *, lam, xp):
         """Full multinomial Newton step (``K(d+1)`` unknowns; minimum-norm, since
         adding a constant to every class's scores changes nothing)."""
         n, p = Xa.shape
@@ -376,7 +378,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
             return E[1:, :], E[0, :]
         return E, xp.zeros_like(gb)
 
-    def _solve_gd(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+    def _solve_gd(self, X, Y, sw, W, b, /, *, lam, xp, binary):
         fi = self.fit_intercept
         total = float(xp.sum(sw))
         lr = self.learning_rate or 1.0 / self._lipschitz(
@@ -386,7 +388,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         converged, it = False, 0
         for it in range(1, self.max_iter + 1):
             gW, gb, _ = _gradient(
-                X, Y, sw, W, b, lam, xp=xp, binary=binary, fit_intercept=fi
+                X, Y, sw, W, b, lam=lam, xp=xp, binary=binary, fit_intercept=fi
             )
             if it % 10 == 1 or it == self.max_iter:  # sync every 10 steps only
                 gmax = xp.max(xp.abs(gW))
@@ -400,7 +402,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
                 b = b - eta * gb
         return W, b, it, converged
 
-    def _solve_sgd(self, X, Y, sw, W, b, lam, /, *, xp, binary):
+    def _solve_sgd(self, X, Y, sw, W, b, /, *, lam, xp, binary):
         fi = self.fit_intercept
         n = X.shape[0]
         total = float(xp.sum(sw))
@@ -425,7 +427,7 @@ class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
                 scale = xp.sum(swb)
                 scale = xp.where(scale > 0, scale, xp.ones_like(scale))
                 gW, gb, _ = _gradient(
-                    Xb, Yb, swb, W, b, 0.0, xp=xp, binary=binary, fit_intercept=fi
+                    Xb, Yb, swb, W, b, lam=0.0, xp=xp, binary=binary, fit_intercept=fi
                 )
                 if lam:
                     gW = gW + (lam * scale / total) * W

@@ -13,7 +13,7 @@ from xpml.utils.validation import check_random_state
 __all__ = ["Perceptron"]
 
 
-def _perceptron_pass(X, S, sw, W, b, order, /, *, xp, eta, fit_intercept):
+def _perceptron_pass(X, S, sw, W, b, /, *, order, xp, eta, fit_intercept):
     """One pass over the rows ``order`` (host ints). ``S`` holds ±1 targets (n, m).
 
     A row is a mistake for output ``k`` when ``S[i, k] (W[:, k]·x + b[k]) ≤ 0``
@@ -134,7 +134,7 @@ class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
                 sw,
                 W,
                 b,
-                order,
+                order=order,
                 xp=xp,
                 eta=float(self.eta0),
                 fit_intercept=self.fit_intercept,

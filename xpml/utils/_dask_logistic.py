@@ -78,7 +78,7 @@ def _system_block(Xb, codes, wb, Wb, fi):
     binary = W.shape[1] == 1
     if binary:
         gw, gb, H = _binary_newton_system(
-            Xb, Z[:, 0], Y[:, 0], wb, W[:, 0], 0.0, xp=xp, fit_intercept=fi
+            Xb, Z[:, 0], Y[:, 0], wb, W[:, 0], lam=0.0, xp=xp, fit_intercept=fi
         )
         gW = gw[:, None]
     else:
