@@ -3,7 +3,7 @@
 Data: ``make_classification(n, 20 features)``, standardized; RBF kernel,
 ``gamma=0.05``, ``C=1``, ``tol=1e-3`` on both sides. Each library runs with its
 own default kernel cache (scikit-learn 200 MB of float32 columns, xpml
-``cache_size=1024`` MB of float64 rows). decision_function is timed on the
+``cache_size=200`` MB of float64 rows, allocated as needed). decision_function is timed on the
 training points with models fitted outside the timed region.
 
 Threads: LIBSVM is single-threaded, so the suite runs xpml with one BLAS thread

@@ -161,12 +161,14 @@ def _subproblem_on_host(K, y, a, C, v, /, *, xp, tol, max_steps):
     q = K.shape[0]
     packed = to_numpy(xp.concat([K, xp.stack([y, a, C, v], axis=0)], axis=0))
     Kh, (yh, ah, Ch, vh) = packed[:q], packed[q:]
-    a_new, v_new, steps = _subproblem_numpy(Kh, yh, ah, Ch, vh, tol, max_steps)
+    a_new, v_new, steps = _subproblem_numpy(
+        Kh, yh, ah, Ch, vh, tol=tol, max_steps=max_steps
+    )
     out = xp.asarray(np.stack([a_new, v_new]), dtype=K.dtype, device=device(K))
     return out[0, :], out[1, :], steps
 
 
-def _subproblem_numpy(K, y, a, C, v, tol, max_steps):
+def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     """2-variable SMO steps on NumPy arrays; buffers are reused (``out=``)."""
     a, v = a.copy(), v.copy()
     diag = np.diagonal(K).copy()
@@ -268,7 +270,7 @@ def _portable_step(K, yC, state, c, *, xp):
     bl = xp.where(low, m - v, c.ninf)
     live = live & (xp.max(bl) >= c.tol)
     Ki = xp.take(K, xp.reshape(i, (1,)), axis=0)[0, :]
-    curv = xp.maximum((c.diag + c.diag[i]) - 2.0 * Ki, c.tau)
+    curv = xp.maximum((c.diag - 2.0 * Ki) + c.diag[i], c.tau)  # the host's order
     bp = xp.maximum(bl, c.zero)
     j = xp.argmax((bp * bp) / curv)
     ai, aj, Ci, Cj, yi, yj = a[i], a[j], C[i], C[j], y[i], y[j]
@@ -319,9 +321,9 @@ def _example_grow_rows():
 
 @portable("svm.grow_rows")
 def _grow_rows(buf, rows, cap, /, *, xp):
-    """``buf`` with room for at least ``rows`` rows (``cap`` the most it will
-    ever need): the old rows first, the new ones uninitialised (one copy)."""
-    more = xp.empty(
+    """``buf`` with ``rows`` rows (``cap`` the most it will ever need): the
+    old rows first, then zeros (one copy)."""
+    more = xp.zeros(
         (rows - buf.shape[0], buf.shape[1]), dtype=buf.dtype, device=device(buf)
     )
     return xp.concat([buf, more], axis=0)
@@ -329,14 +331,14 @@ def _grow_rows(buf, rows, cap, /, *, xp):
 
 @fast_path("svm.grow_rows", "numpy", example=_example_grow_rows)
 def _grow_rows_numpy(buf, rows, cap, /, *, xp):
-    """NumPy: one allocation of ``cap`` rows. Memory is mapped lazily by the
-    operating system, so only the pages of rows written are ever held; no
-    copy as the cache fills."""
-    if buf.shape[0] >= rows:
-        return buf
-    out = np.empty((cap, buf.shape[1]), dtype=buf.dtype)
-    out[: buf.shape[0]] = buf
-    return out
+    """NumPy: the first ``rows`` rows of one zeroed allocation of ``cap`` rows,
+    made once. Zeroed memory is mapped lazily by the operating system, so only
+    the pages of rows written are ever held, and growing copies nothing."""
+    base = buf.base
+    if not (isinstance(base, np.ndarray) and base.shape[0] >= rows):
+        base = np.zeros((cap, buf.shape[1]), dtype=buf.dtype)
+        base[: buf.shape[0]] = buf
+    return base[:rows]
 
 
 # ---------------------------------------------------------------- kernel rows

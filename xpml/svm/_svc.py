@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import warnings
@@ -15,7 +16,7 @@ from xpml.exceptions import ConvergenceWarning
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, SMOOptions, smo_solve
-from xpml.utils._array_api import device
+from xpml.utils._array_api import device, memory_budget
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state, decode_labels
 
@@ -24,7 +25,7 @@ __all__ = ["SVC"]
 _KERNELS = ("linear", "poly", "rbf", "sigmoid", "precomputed")
 _DEFAULT_Q = 1024  # working-set size when not given
 _N_FOLDS = 5  # Platt scaling's internal cross-validation
-_PREDICT_BLOCK_BYTES = 16 * 2**20  # kernel rows per prediction block
+_PREDICT_BLOCK_BYTES = 16 * 2**20  # kernel rows per prediction block (speed)
 
 
 class _available_if:
@@ -70,6 +71,16 @@ def _callable_kernel(f):
         return xp.asarray(K, device=device(A))
 
     return kernel
+
+
+@dataclasses.dataclass
+class _FitData:
+    """The training inputs of every binary problem: ``X``, the Gram matrix
+    ``K`` (precomputed kernel, else None) and the resolved kernel spec."""
+
+    X: object
+    K: object
+    kspec: tuple
 
 
 def _pairs(k):
@@ -321,8 +332,10 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         return out
 
-    def _solve_pair(self, X, K, idx, ypm, Cvec, kspec, *, xp, label):
-        """One binary dual on the samples ``idx`` (host ints); returns the result."""
+    def _solve_pair(self, data, idx, ypm, Cvec, *, xp, label):
+        """One binary dual on the samples ``idx`` (host ints) of ``data``
+        (a :class:`_FitData`); returns the result."""
+        X, K, kspec = data.X, data.K, data.kspec
         dev = device(X)
         idx_d = xp.asarray(idx, device=dev)
         q = self.working_set_size or _DEFAULT_Q
@@ -385,6 +398,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         cw = self._class_weights(codes, k)
         Cs = float(self.C) * cw[codes] * to_numpy(sw).astype(np.float64)
         K = X if self.kernel == "precomputed" else None
+        data = _FitData(X, K, kspec)
         pairs = _pairs(k)
         results, subsets = [], []
         for p, (a, b) in enumerate(pairs):
@@ -397,22 +411,15 @@ class SVC(ClassifierMixin, BaseEstimator):
                     f"left; every class needs a positive weight"
                 )
             res = self._solve_pair(
-                X,
-                K,
-                idx,
-                ypm,
-                Cs[idx],
-                kspec,
-                xp=xp,
-                label=f" {a}v{b}" if k > 2 else "",
+                data, idx, ypm, Cs[idx], xp=xp, label=f" {a}v{b}" if k > 2 else ""
             )
             results.append(res)
             subsets.append((idx, ypm))
-        self._assemble(results, subsets, pairs, codes, X, xp)
+        self._assemble(results, subsets, codes, X, pairs=pairs, xp=xp)
         self.class_weight_ = cw
         self.shape_fit_ = tuple(int(s) for s in X.shape)
         if self.probability:
-            self._fit_platt(X, K, codes, Cs, pairs, kspec, xp)
+            self._fit_platt(data, codes, Cs, pairs=pairs, xp=xp)
         if not all(r.converged for r in results):
             warnings.warn(
                 f"Solver terminated early (max_iter={self.max_iter}, or no progress at the "
@@ -424,7 +431,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         return self._fitted(ctx)
 
-    def _assemble(self, results, subsets, pairs, codes, X, xp):
+    def _assemble(self, results, subsets, codes, X, *, pairs, xp):
         """LIBSVM's layout: support vectors grouped by class; ``dual_coef_[j−1]``
         holds class-i vectors' coefficients in problem (i, j), ``dual_coef_[i]``
         class-j vectors'."""
@@ -501,7 +508,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         kernel, kparams = self._predict_kernel()
         SV = ctx.take(self.support_vectors_)
         nsv = max(1, int(SV.shape[0]))
-        rows = max(1, min(n, _PREDICT_BLOCK_BYTES // (8 * nsv)))
+        block_bytes = min(_PREDICT_BLOCK_BYTES, memory_budget())
+        rows = max(1, min(n, block_bytes // (8 * nsv)))
         yield from iter_kernel_blocks(
             X, SV, kernel, kparams, xp=xp, block_rows=rows, symmetric=False
         )
@@ -611,9 +619,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         return decode_labels(self.classes_, codes, ctx)
 
     # ------------------------------------------------------- probabilities
-    def _fit_platt(self, X, K, codes, Cs, pairs, kspec, xp):
+    def _fit_platt(self, data, codes, Cs, *, pairs, xp):
         """Platt's sigmoid per pair, on decision values from 5-fold internal
         cross-validation (LIBSVM's svm_binary_svc_probability)."""
+        X, K, kspec = data.X, data.K, data.kspec
         rng = check_random_state(self.random_state)
         dev = device(X)
         probA, probB = [], []
@@ -631,7 +640,7 @@ class SVC(ClassifierMixin, BaseEstimator):
                     dec[f] = 1.0 if ytr[0] > 0 else -1.0
                     continue
                 res = self._solve_pair(
-                    X, K, idx[train], ytr, Cs[idx[train]], kspec, xp=xp, label=" platt"
+                    data, idx[train], ytr, Cs[idx[train]], xp=xp, label=" platt"
                 )
                 alpha = to_numpy(res.alpha)
                 sv = alpha > 0
