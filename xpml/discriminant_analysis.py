@@ -28,6 +28,7 @@ from xpml.linear_model._base import (
     sigmoid,
 )
 from xpml.utils._array_api import device as _device
+from xpml.utils._array_api import eps
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import decode_labels
 
@@ -270,7 +271,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             )
         priors = _priors(self.priors, counts, xp=xp, name="priors")
         r = float(self.reg_param)
-        eps = 2.220446049250313e-16 if X.dtype == xp.float64 else 1.1920929e-07
+        u = eps(X.dtype, xp)
         rotations, scalings, covs = [], [], []
         for k in range(K):
             idx = xp.asarray(np.flatnonzero(host == k), device=ctx.device)
@@ -289,7 +290,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
                 raise non_finite_error(
                     X, xp=xp, what="class covariance", owner=type(self).__name__
                 )
-            if lo <= d * eps * hi:
+            if lo <= d * u * hi:
                 raise ValueError(
                     f"the covariance of class {to_numpy(self.classes_)[k]!r} is singular "
                     f"(its {nk} samples span fewer than d={d} directions, or features are "

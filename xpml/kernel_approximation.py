@@ -27,6 +27,7 @@ from xpml.kernels import (
     resolve_kernel_params,
 )
 from xpml.linear_model._base import check_finite_result, linalg_errors
+from xpml.utils._array_api import eps
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -41,8 +42,7 @@ def _inverse_sqrt_psd(K, /, *, xp, rcond=None):
     m = K.shape[0]
     w, V = xp.linalg.eigh((K + K.T) / 2.0)
     if rcond is None:
-        eps = 1.1920929e-07 if K.dtype == xp.float32 else 2.220446049250313e-16
-        rcond = m * eps
+        rcond = m * eps(K.dtype, xp)
     cut = rcond * xp.max(xp.abs(w))
     keep = w > cut
     inv_sqrt = xp.where(
