@@ -151,7 +151,8 @@ def encode_labels_against(classes: Any, y: Any, /, *, xp: Any, name: str = "y") 
     if classes.dtype != y.dtype:
         classes = xp.astype(classes, y.dtype)
     codes = xp.searchsorted(classes, y)
-    codes = xp.minimum(codes, xp.asarray(classes.shape[0] - 1, dtype=codes.dtype))
+    last = xp.asarray(classes.shape[0] - 1, dtype=codes.dtype, device=device(y))
+    codes = xp.minimum(codes, last)
     hit = xp.take(classes, codes) == y
     if not bool(xp.all(hit)):
         from xpml._backend import to_numpy
