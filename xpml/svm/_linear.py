@@ -38,11 +38,13 @@ the optimum (largest |projected gradient| ~1e-12).
 
 Cost (measured on a shared 2-core CPU, one BLAS thread both sides, best of
 3, ``C=1``, ``tol=1e-4``, n = 20 000): the squared hinge runs at 0.6-0.7× the
-time of LIBLINEAR's primal Newton solver (d = 50 and 500); the hinge is about
-6.6× slower than LIBLINEAR's coordinate descent at d = 50 (which stopped at
-``max_iter=1000`` epochs unconverged there): the proximal steps at small ``μ``
-need ~150 Newton steps of ~8 conjugate-gradient products each. Each Newton
-step costs one host read, plus one per ``_CG_CHECK`` CG steps.
+time of LIBLINEAR's primal Newton solver (d = 50 and 500); the hinge took
+2.6× (later run) to 6.6× (earlier code) the time of LIBLINEAR's coordinate
+descent at d = 50, which stopped at ``max_iter=1000`` epochs unconverged
+there while this solver reached ``max |PG| ≤ 1e-4``: the proximal steps at
+small ``μ`` need ~130-150 Newton steps of ~8 conjugate-gradient products
+each. Each Newton step costs one host read, plus one per ``_CG_CHECK`` CG
+steps.
 """
 
 from __future__ import annotations
