@@ -33,6 +33,7 @@ EXTRA = [
     ("KMeans", {"n_clusters": 3, "init": "forgy", "random_state": 0}),
     ("KNeighborsClassifier", {"weights": "distance"}),
     ("PCA", {"whiten": True}),
+    ("LinearSVC", {"loss": "hinge", "random_state": 0}),
 ]
 
 # estimator id -> why it cannot keep all of its state in the inputs' library
