@@ -69,7 +69,7 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             self.classes_ = cls
         xp = ctx.xp
         codes = encode_labels_against(self.classes_, y, xp=xp)  # 0/1, on device
-        return 2.0 * xp.astype(codes, dtype) - 1.0
+        return 2.0 * xp.astype(xp.reshape(codes, (-1,)), dtype) - 1.0  # (n,) or (n, 1)
 
     # ---------------------------------------------------------------- API
     def fit(self, X, y):
