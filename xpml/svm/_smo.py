@@ -169,8 +169,9 @@ def _subproblem_on_host(K, y, a, C, v, /, *, xp, tol, max_steps):
 
 
 def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
-    """2-variable SMO steps on NumPy arrays; buffers are reused (``out=``)."""
-    a, v = a.copy(), v.copy()
+    """2-variable SMO steps on NumPy arrays; buffers are reused (``out=``) and
+    the per-pair arithmetic runs on Python floats (``α``, ``y``, ``C`` lists)."""
+    v = v.copy()
     diag = np.diagonal(K).copy()
     K2 = 2.0 * K
     ypos = y > 0
@@ -178,6 +179,7 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     pen_up = np.where(np.where(ypos, a < C, a > 0), 0.0, -np.inf)
     pen_low = np.where(np.where(ypos, a > 0, a < C), 0.0, -np.inf)
     t, b, curv, gain = (np.empty_like(v) for _ in range(4))
+    al, yl, Cl = a.tolist(), y.tolist(), C.tolist()
     steps = 0
     while steps < max_steps:
         np.add(v, pen_up, out=t)
@@ -194,7 +196,7 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
         np.multiply(t, t, out=gain)
         gain /= curv  # second-order gain b²/a over admissible partners
         j = int(gain.argmax())
-        dai, daj = _pair_step(a, y, C, (i, j), b[j] / curv[j])
+        dai, daj = _pair_step(al, yl, Cl, (i, j), float(b[j]) / float(curv[j]))
         if dai == 0 and daj == 0:  # below the floating-point resolution
             break
         np.multiply(K[i], dai, out=t)
@@ -202,11 +204,12 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
         np.multiply(K[j], daj, out=t)
         v -= t
         for k in (i, j):
-            ak, yk = a[k], ypos[k]
-            pen_up[k] = 0.0 if (ak < C[k] if yk else ak > 0) else -np.inf
-            pen_low[k] = 0.0 if (ak > 0 if yk else ak < C[k]) else -np.inf
+            ak, ck = al[k], Cl[k]
+            inside = (ak < ck, ak > 0) if yl[k] > 0 else (ak > 0, ak < ck)
+            pen_up[k] = 0.0 if inside[0] else -np.inf
+            pen_low[k] = 0.0 if inside[1] else -np.inf
         steps += 1
-    return a, v, steps
+    return np.asarray(al, dtype=a.dtype), v, steps
 
 
 def _pair_step(a, y, C, pair, newton):

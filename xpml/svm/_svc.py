@@ -142,8 +142,9 @@ class SVC(ClassifierMixin, BaseEstimator):
     random_state : int, Generator or None, default=None
         Seeds the folds of Platt scaling's cross-validation.
     working_set_size : int or None, default=None
-        Variables per working set ``q``. Default: start at 64 and double, up
-        to 1024 (fewer under a small budget), while the subproblems are busy.
+        Variables per working set ``q``. Default: start at 64 and double
+        while the subproblems are busy, up to ``n/4`` clipped to [256, 1024]
+        (fewer under a small budget).
     cache_dtype : {"float64", "float32"}, default="float64"
         Storage of cached kernel rows. "float32" (as LIBSVM's Qfloat) halves
         the cache's memory, so twice the rows fit; the rows' values carry
@@ -338,7 +339,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         X, K, kspec = data.X, data.K, data.kspec
         dev = device(X)
         idx_d = xp.asarray(idx, device=dev)
-        q = self.working_set_size or _DEFAULT_Q
+        # largest working set: a quarter of the problem, between 256 and 1024
+        q = self.working_set_size or min(_DEFAULT_Q, max(256, len(idx) // 4))
         if K is not None:  # precomputed
             Ksub = xp.take(xp.take(K, idx_d, axis=0), idx_d, axis=1)
             rows = PrecomputedRows(Ksub, xp=xp, q=q)
