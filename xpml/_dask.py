@@ -43,6 +43,8 @@ __all__ = [
     "tree",
     "compute",
     "persist",
+    "placement",
+    "on",
     "block_namespace",
 ]
 
@@ -211,12 +213,42 @@ def tree(parts: list, combine: Callable = _add) -> Any:
     return parts[0]
 
 
+def placement(X: Any) -> list:
+    """For each row block of ``X``, the workers holding it when ``X`` is
+    persisted on a distributed cluster (None otherwise)."""
+    keys = [k[0] if isinstance(k, list) else k for k in X.__dask_keys__()]
+    try:
+        from distributed import default_client
+
+        who = default_client().who_has(X)
+    except (ImportError, ValueError):
+        return [None] * len(keys)
+    return [tuple(who.get(k) or who.get(str(k)) or ()) or None for k in keys]
+
+
+def on(workers: Any) -> Any:
+    """Tasks created in this block prefer ``workers`` (where their data block
+    lives): the scheduler does not move data blocks to balance load. A loose
+    restriction: if those workers are gone, others run the task."""
+    import contextlib
+
+    dask, _ = _import_dask()
+    if not workers:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=list(workers), allow_other_workers=True)
+
+
 def map_sum(fn: Callable, arrays: tuple, *consts: Any) -> Any:
     """``Σ_blocks fn(*blocks, *consts)`` as one delayed value (``fn`` returns a
-    tuple of arrays; they are added element-wise)."""
+    tuple of arrays; they are added element-wise). Each block's task runs where
+    the block of the first array lives."""
     dask, _ = _import_dask()
     f = dask.delayed(fn, pure=True)
-    return tree([f(*b, *consts) for b in blocks(*arrays)])
+    parts = []
+    for b, where in zip(blocks(*arrays), placement(arrays[0])):
+        with on(where):
+            parts.append(f(*b, *consts))
+    return tree(parts)
 
 
 def compute(*values: Any) -> tuple:
@@ -273,15 +305,13 @@ def map_rows(est: Any, name: str, X: Any, args=(), kwargs=None) -> Any:
 
 
 def _neighbours_block(block, est, k):
-    dist, ind = est.kneighbors(block, n_neighbors=k)
-    xp = block_namespace_of(dist)
-    return xp.concat([dist, xp.astype(ind, dist.dtype)], axis=1)
-
-
-def block_namespace_of(a):
+    """Distances and indices side by side, in float64 (indices exact to 2⁵³)."""
     import array_api_compat
 
-    return array_api_compat.array_namespace(a)
+    dist, ind = est.kneighbors(block, n_neighbors=k)
+    xp = array_api_compat.array_namespace(dist)
+    f64 = xp.float64
+    return xp.concat([xp.astype(dist, f64), xp.astype(ind, f64)], axis=1)
 
 
 def _kneighbors(est, X=None, n_neighbors=None, return_distance=True):
@@ -298,10 +328,10 @@ def _kneighbors(est, X=None, n_neighbors=None, return_distance=True):
         k,
         dtype=np.float64,
         chunks=(X.chunks[0], (2 * k,)),
-        meta=np.empty((0, 0), dtype=np.float64),
+        meta=block_namespace(X).empty((0, 0), dtype=np.float64),
     )
     ind = both[:, k:].astype(np.int64)
-    return (both[:, :k], ind) if return_distance else ind
+    return (both[:, :k].astype(X.dtype), ind) if return_distance else ind
 
 
 # -------------------------------------------------------------------- score

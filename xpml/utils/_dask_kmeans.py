@@ -23,7 +23,7 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from xpml._dask import blocks, compute, persist, register, tree
+from xpml._dask import blocks, compute, on, persist, placement, register, tree
 from xpml.utils._dask_fits import prologue
 from xpml.utils.validation import check_random_state
 
@@ -70,9 +70,10 @@ def _inertia_block(Xb, wb, labels, C):
     return (xp.sum(_weights(Xb, wb) * r),)
 
 
-def _farthest_block(Xb, wb, labels, C, m, start):
+def _farthest_block(Xb, wb, labels_start, C, m):
     """The ``m`` points of one block farthest from their centre: residuals,
     global indices, rows, weights and labels."""
+    labels, start = labels_start
     xp = _ns(Xb)
     r = xp.sum((Xb - xp.take(C, labels, axis=0)) ** 2, axis=1)
     top = xp.argsort(-r, stable=True)[:m]
@@ -92,6 +93,7 @@ class _Lloyd:
 
     def __init__(self, parts, starts, budget, like):
         self.parts, self.starts, self.budget = parts, starts, budget
+        self.where = placement(like)
         self.n, self.d = int(like.shape[0]), int(like.shape[1])
         self.dtype = like.dtype
 
@@ -100,11 +102,27 @@ class _Lloyd:
 
         f = dask.delayed(_lloyd_block, pure=True, nout=2)
         prev = labels_old or [None] * len(self.parts)
-        out = [f(xb, wb, p, C, self.budget) for (xb, wb), p in zip(self.parts, prev)]
-        labels = [o[0] for o in out]
-        labels, stats = persist(labels, tree([o[1] for o in out]))
+        out = self.each(f, prev, C, self.budget)
+        labels, stats = [], []
+        for o, where in zip(out, self.where):  # the split stays with its block
+            with on(where):
+                labels.append(o[0])
+                stats.append(o[1])
+        labels, stats = persist(labels, tree(stats))
         (stats,) = compute(stats)
         return labels, stats
+
+    def each(self, f, per_block, *consts, weights=True):
+        """``f(x_block, [w_block,] [per_block[i],] *consts)`` for every block,
+        each task on the worker holding its block of X."""
+        out = []
+        none = per_block is None
+        per_block = [None] * len(self.parts) if none else per_block
+        for (xb, wb), p, where in zip(self.parts, per_block, self.where):
+            args = ((xb, wb) if weights else (xb,)) + (() if none else (p,))
+            with on(where):
+                out.append(f(*args, *consts))
+        return out
 
     def relocate(self, labels, C_old, sums, wsum):
         """scikit-learn's empty-cluster rule: each empty cluster takes the
@@ -115,12 +133,7 @@ class _Lloyd:
         empty = [int(i) for i in np.nonzero(np.asarray(wsum == 0))[0]]
         m = len(empty)
         f = dask.delayed(_farthest_block, pure=True)
-        tops = compute(
-            *[
-                f(xb, wb, lab, C_old, m, s)
-                for (xb, wb), lab, s in zip(self.parts, labels, self.starts)
-            ]
-        )
+        tops = compute(*self.each(f, list(zip(labels, self.starts)), C_old, m))
         r, _, rows_, w, lab = (xp.concat([t[i] for t in tops]) for i in range(5))
         order = xp.argsort(-r, stable=True)[:m]
         sums, wsum = xp.asarray(sums, copy=True), xp.asarray(wsum, copy=True)
@@ -174,7 +187,7 @@ def _cost_block(Xb, wb, C):
     return (xp.sum(_weights(Xb, wb) * xp.maximum(D, xp.zeros_like(D))),)
 
 
-def _sample_block(Xb, wb, C, rate, seed):
+def _sample_block(Xb, wb, seed, C, rate):
     """The rows kept with probability ``min(1, rate · w · D²)``."""
     from xpml.kernels import sq_distances
 
@@ -199,27 +212,24 @@ def _row(parts, starts, i):
     return parts[b][0][i - starts[b] : i - starts[b] + 1]
 
 
-def _kmeans_parallel(parts, starts, n, k, rng):
+def _kmeans_parallel(lloyd, k, rng):
     """k-means|| candidates, reduced to ``k`` centres on the client."""
     import dask
 
     from xpml.cluster import KMeans
 
-    (C,) = compute(_row(parts, starts, int(rng.integers(n))))
+    (C,) = compute(_row(lloyd.parts, lloyd.starts, int(rng.integers(lloyd.n))))
     cost = dask.delayed(_cost_block, pure=True)
     sample = dask.delayed(_sample_block, pure=True)
-    for r in range(_ROUNDS):
-        ((phi,),) = compute(tree([cost(xb, wb, C) for xb, wb in parts]))
+    for _ in range(_ROUNDS):
+        ((phi,),) = compute(tree(lloyd.each(cost, None, C)))
         if float(phi) <= 0:
             break
-        seeds = rng.integers(2**63, size=len(parts))
-        rate = 2.0 * k / float(phi)
-        picked = compute(
-            *[sample(xb, wb, C, rate, s) for (xb, wb), s in zip(parts, seeds)]
-        )
+        seeds = [int(s) for s in rng.integers(2**63, size=len(lloyd.parts))]
+        picked = compute(*lloyd.each(sample, seeds, C, 2.0 * k / float(phi)))
         C = _ns(C).concat([C, *picked], axis=0)
     nearest = dask.delayed(_nearest_weight_block, pure=True)
-    ((weights,),) = compute(tree([nearest(xb, wb, C) for xb, wb in parts]))
+    ((weights,),) = compute(tree(lloyd.each(nearest, None, C)))
     if C.shape[0] <= k:
         raise ValueError(
             f"k-means|| found only {C.shape[0]} distinct candidates for "
@@ -246,7 +256,7 @@ def _init(est, lloyd, rng, xp):
         idx = rng.choice(n, size=k, replace=False)
         return xp.concat(list(compute(*[_row(parts, starts, int(i)) for i in idx])))
     if est.init == "k-means++":
-        return _kmeans_parallel(parts, starts, n, k, rng)
+        return _kmeans_parallel(lloyd, k, rng)
     raise ValueError(
         f"init={est.init!r} is not available on dask arrays (it draws one label "
         f"per sample on the client); use 'k-means++' (run as k-means||), "

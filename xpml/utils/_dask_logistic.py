@@ -19,7 +19,7 @@ import warnings
 
 import array_api_compat
 
-from xpml._dask import compute, map_sum, register
+from xpml._dask import compute, map_sum, persist, register
 from xpml.utils._dask_fits import prologue
 
 __all__ = ["fit_logistic_regression"]
@@ -181,6 +181,7 @@ def fit_logistic_regression(est, X, y, sample_weight):
             f"use solver='newton' (two passes over the blocks per iteration)"
         )
     data = prologue(est, X, y, sample_weight, classes=True)
+    data.X, data.y, data.w = persist(data.X, data.y, data.w)  # read every pass
     xp, K = data.xp, int(est.classes_.shape[0])
     m = 1 if K == 2 else K
     Wb = (xp.zeros((data.d, m), dtype=data.X.dtype), xp.zeros((m,), dtype=data.X.dtype))

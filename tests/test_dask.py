@@ -1,0 +1,325 @@
+"""The same estimators on dask arrays, on a real ``distributed.LocalCluster``.
+
+In-process workers (``processes=False``, one module-scoped cluster of two
+workers) for speed; one test starts worker processes to catch pickling
+problems. Reference answers are the single-machine fits on the same NumPy data.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+from xpml.base import clone  # noqa: E402
+from xpml.cluster import KMeans  # noqa: E402
+from xpml.decomposition import PCA  # noqa: E402
+from xpml.discriminant_analysis import LinearDiscriminantAnalysis  # noqa: E402
+from xpml.kernel_approximation import Nystroem, RandomFourierFeatures  # noqa: E402
+from xpml.kernel_ridge import KernelRidge  # noqa: E402
+from xpml.linear_model import LinearRegression, LogisticRegression, Ridge  # noqa: E402
+from xpml.naive_bayes import BernoulliNB, GaussianNB, MultinomialNB  # noqa: E402
+from xpml.neighbors import KNeighborsClassifier  # noqa: E402
+from xpml.svm import SVC  # noqa: E402
+from xpml.tree import DecisionTreeClassifier  # noqa: E402
+
+N, D = 403, 5
+CHUNKINGS = {
+    "uneven": (100, 150, 153),
+    "single": (N,),
+    "tiny": (3, 3, 1, 3, 393),  # blocks shorter than d + 1 rows
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N, D)) + 3.0
+    y = X @ np.arange(1.0, D + 1) + rng.standard_normal(N)
+    c2 = (X[:, 0] + rng.standard_normal(N) > 3).astype(np.int64)
+    c3 = np.digitize(X[:, 1] + rng.standard_normal(N), [2.5, 3.5])
+    w = rng.uniform(0.5, 2.0, N)
+    return X, y, c2, c3, w
+
+
+def _dask(a, rows):
+    return da.from_array(a, chunks=(rows,) + a.shape[1:])
+
+
+X, Y, C2, C3, W = _data()
+CASES = [
+    (LinearRegression(), "y"),
+    (LinearRegression(fit_intercept=False), "y"),
+    (Ridge(alpha=2.0), "y"),
+    (Ridge(alpha=2.0, solver="svd"), "y"),
+    (PCA(n_components=3), None),
+    (PCA(svd_solver="full"), None),
+    (GaussianNB(), "c2"),
+    (MultinomialNB(), "c3"),
+    (BernoulliNB(binarize=3.0), "c3"),
+    (LogisticRegression(), "c2"),
+    (LogisticRegression(C=0.5), "c3"),
+    (LogisticRegression(penalty=None, fit_intercept=False), "c2"),
+    (KMeans(n_clusters=3, init=X[[0, 200, 400]]), None),
+    (KMeans(n_clusters=4, init="forgy", n_init=2, max_iter=4, random_state=0), None),
+    (Nystroem(n_components=30, gamma=0.2, random_state=0), None),
+    (RandomFourierFeatures(n_components=30, gamma="scale", random_state=0), None),
+    (LinearDiscriminantAnalysis(), "c3"),
+    (LinearDiscriminantAnalysis(shrinkage=0.3), "c2"),
+]
+OTHER_CHUNKINGS = (
+    0,
+    3,
+    4,
+    6,
+    8,
+    12,
+    16,
+)  # one per family, KMeans the only iterative one
+TARGETS = {"y": Y, "c2": C2, "c3": C3, None: None}
+EXACT = ("labels_", "n_iter_", "classes_", "n_components_", "rank_", "converged_")
+
+
+def _fitted_attributes(est):
+    return {k: v for k, v in vars(est).items() if k.endswith("_") and k[0] != "_"}
+
+
+def _fit_both(est, target, rows, weighted=False):
+    Xf = np.abs(X) if isinstance(est, MultinomialNB) else X
+    y = TARGETS[target]
+    args = () if y is None else (y,)
+    kw = {"sample_weight": W} if weighted else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = clone(est).fit(Xf, *args, **kw)
+        dargs = tuple(_dask(a, rows) for a in args)
+        dkw = {k: _dask(v, rows) for k, v in kw.items()}
+        got = clone(est).fit(_dask(Xf, rows), *dargs, **dkw)
+    return ref, got
+
+
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+@pytest.mark.parametrize("case", range(len(CASES)), ids=lambda i: repr(CASES[i][0]))
+def test_fit_matches_single_machine(client, case, chunking):
+    est, target = CASES[case]
+    if chunking != "uneven" and case not in OTHER_CHUNKINGS:
+        pytest.skip("single-chunk and tiny-block fits: one case per estimator family")
+    ref, got = _fit_both(est, target, CHUNKINGS[chunking])
+    want, have = _fitted_attributes(ref), _fitted_attributes(got)
+    assert set(have) == set(want)
+    for name, value in want.items():
+        assert not type(have[name]).__module__.startswith("dask"), name
+        if name in EXACT or np.asarray(value).dtype.kind not in "fc":
+            np.testing.assert_array_equal(have[name], value, err_msg=name)
+        else:
+            scale = max(1.0, float(np.max(np.abs(value), initial=0.0)))
+            np.testing.assert_allclose(
+                have[name], value, rtol=0, atol=1e-10 * scale, err_msg=name
+            )
+    assert len(pickle.dumps(got)) < 2**20
+
+
+@pytest.mark.parametrize(
+    "est,target",
+    [
+        (LinearRegression(), "y"),
+        (Ridge(alpha=1.0), "y"),
+        (GaussianNB(), "c2"),
+        (LinearDiscriminantAnalysis(), "c3"),
+        (LogisticRegression(), "c3"),
+        (KMeans(n_clusters=3, init=X[[0, 200, 400]]), None),
+    ],
+    ids=repr,
+)
+def test_sample_weight(client, est, target):
+    ref, got = _fit_both(est, target, CHUNKINGS["uneven"], weighted=True)
+    for name, value in _fitted_attributes(ref).items():
+        got_value = getattr(got, name)
+        if np.asarray(value).dtype.kind == "f":
+            np.testing.assert_allclose(got_value, value, rtol=0, atol=1e-10 * 100)
+        else:
+            np.testing.assert_array_equal(got_value, value)
+
+
+ROW_METHODS = [
+    (SVC(), "c2", "decision_function"),
+    (KernelRidge(alpha=0.1, kernel="rbf"), "y", "predict"),
+    (KNeighborsClassifier(n_neighbors=4), "c3", "predict_proba"),
+    (PCA(n_components=2), None, "transform"),
+    (GaussianNB(), "c3", "predict_log_proba"),
+    (DecisionTreeClassifier(max_depth=3), "c3", "predict"),
+    (LogisticRegression(), "c3", "predict"),
+]
+
+
+@pytest.mark.parametrize("case", ROW_METHODS, ids=lambda c: f"{c[0]!r}.{c[2]}")
+def test_fitted_estimator_maps_over_row_blocks(client, case):
+    est, target, method = case
+    args = () if target is None else (TARGETS[target],)
+    est = clone(est).fit(X, *args)
+    Xd = _dask(X, CHUNKINGS["uneven"])
+    out = getattr(est, method)(Xd)
+    assert isinstance(out, da.Array)
+    assert out.chunks[0] == Xd.chunks[0]
+    np.testing.assert_allclose(out.compute(), getattr(est, method)(X), atol=1e-12)
+
+
+def test_kneighbors_and_score(client):
+    knn = KNeighborsClassifier(n_neighbors=3).fit(X, C3)
+    Xd = _dask(X[:50], (20, 30))
+    dist, ind = knn.kneighbors(Xd)
+    ref_dist, ref_ind = knn.kneighbors(X[:50])
+    np.testing.assert_array_equal(ind.compute(), ref_ind)
+    np.testing.assert_allclose(dist.compute(), ref_dist, atol=1e-12)
+    assert knn.score(Xd, _dask(C3[:50], (20, 30))) == knn.score(X[:50], C3[:50])
+    reg = Ridge().fit(X, Y)
+    got = reg.score(_dask(X, 100), _dask(Y, 100))
+    assert got == pytest.approx(reg.score(X, Y), abs=1e-12)
+
+
+def test_unsupported_fit_names_the_supported_estimators(client):
+    with pytest.raises(TypeError, match=r"SVC\.fit .*KMeans.*LogisticRegression"):
+        SVC().fit(_dask(X, 100), _dask(C2, 100))
+    with pytest.raises(TypeError, match="solver='newton'"):
+        LogisticRegression(solver="gd").fit(_dask(X, 100), _dask(C2, 100))
+    with pytest.raises(ValueError, match="NaN"):
+        Ridge().fit(_dask(np.where(X > 5, np.nan, X), 100), _dask(Y, 100))
+
+
+def test_fit_transform_and_pipeline(client):
+    from sklearn.pipeline import make_pipeline
+
+    Xd, yd = _dask(X, 100), _dask(Y, 100)
+    Z = PCA(n_components=2).fit_transform(Xd)
+    assert isinstance(Z, da.Array)
+    np.testing.assert_allclose(Z.compute(), PCA(n_components=2).fit_transform(X))
+    ref = make_pipeline(Nystroem(n_components=40, random_state=0), Ridge(alpha=1e-2))
+    got = clone(ref).fit(Xd, yd)
+    np.testing.assert_allclose(got.predict(Xd).compute(), ref.fit(X, Y).predict(X))
+
+
+class _GraphCounter(distributed.diagnostics.plugin.SchedulerPlugin):
+    """Counts graph submissions (one per compute or persist call)."""
+
+    name = "xpml-graph-counter"
+
+    def __init__(self):
+        self.count = 0
+
+    def update_graph(self, scheduler, **kwargs):
+        self.count += 1
+
+
+def _count_graphs(client, fn):
+    scheduler = client.cluster.scheduler
+    counter = _GraphCounter()
+    scheduler.add_plugin(counter)
+    try:
+        out = fn()
+    finally:
+        scheduler.remove_plugin(name=counter.name)
+    return out, counter.count
+
+
+def test_at_most_two_computes_per_iteration(client):
+    rng = np.random.default_rng(1)
+    Xk = np.concatenate([rng.standard_normal((200, 3)) + 4 * i for i in range(3)])
+    Xd = _dask(Xk, 150).persist()
+    distributed.wait(Xd)  # its own graph, submitted before counting starts
+    init = Xk[[0, 1, 2]]  # a poor start: several iterations
+    km, graphs = _count_graphs(
+        client, lambda: KMeans(n_clusters=3, init=init, tol=0.0).fit(Xd)
+    )
+    assert km.n_iter_ >= 3
+    # prologue, persist X, variance, final labels + inertia; then 2 per iteration
+    assert graphs <= 2 * km.n_iter_ + 4, (graphs, km.n_iter_)
+    yd = _dask((Xk[:, 0] > 4).astype(int), 150)
+    lr, graphs = _count_graphs(client, lambda: LogisticRegression().fit(Xd, yd))
+    assert lr.n_iter_ >= 3
+    # prologue, persist X and y; per iteration one Newton system and one line
+    # search; the system that finds convergence
+    assert graphs <= 2 * lr.n_iter_ + 3, (graphs, lr.n_iter_)
+
+
+def _sent(workers, since):
+    """Bytes the workers sent since ``since`` (log lengths): to other workers,
+    and to anyone else (the client's gathers)."""
+    peers = {w.address for w in workers}
+    to_peers = to_client = 0
+    for w, start in zip(workers, since):
+        for entry in list(w.transfer_outgoing_log)[start:]:
+            if entry["who"] in peers:
+                to_peers += entry["total"]
+            else:
+                to_client += entry["total"]
+    return to_peers, to_client
+
+
+def test_kmeans_moves_little_between_workers(client):
+    """Bytes sent between workers during a k-means|| + Lloyd fit, against the
+    size of ``X`` (generated on the workers and persisted before counting).
+    With in-process workers the transfers still go through distributed's comms
+    (``inproc://``) and are logged per peer as in a real cluster."""
+    n, d = 40_000, 8
+    rng = da.random.default_rng(0)
+    Xd = rng.standard_normal((n, d), chunks=(10_000, d)).persist()
+    distributed.wait(Xd)
+    workers = list(client.cluster.workers.values())
+    since = [len(w.transfer_outgoing_log) for w in workers]
+    km = KMeans(n_clusters=8, random_state=0, max_iter=10).fit(Xd)
+    to_peers, to_client = _sent(workers, since)
+    assert km.cluster_centers_.shape == (8, d)
+    assert to_peers < 0.05 * Xd.nbytes, (to_peers, Xd.nbytes)
+    # to the client: labels_ (n int64, a concrete attribute) and small sums
+    assert to_client < 1.25 * n * 8 + 0.02 * Xd.nbytes, to_client
+
+
+def test_kmeans_parallel_init_is_sound(client):
+    rng = np.random.default_rng(2)
+    centres = rng.standard_normal((4, 2)) * 20
+    Xk = np.concatenate([centres[i] + rng.standard_normal((100, 2)) for i in range(4)])
+    km = KMeans(n_clusters=4, random_state=0).fit(_dask(Xk, 90))
+    found = np.sort(np.round(km.cluster_centers_ / 20).ravel())
+    np.testing.assert_array_equal(found, np.sort(np.round(centres / 20).ravel()))
+    ref = KMeans(n_clusters=4, random_state=0).fit(Xk)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
+
+
+def test_without_a_client_the_threaded_scheduler_works():
+    import dask
+
+    with dask.config.set(scheduler="threads"):
+        got = LinearRegression().fit(_dask(X, 100), _dask(Y, 100))
+    np.testing.assert_allclose(got.coef_, LinearRegression().fit(X, Y).coef_)
+
+
+def test_worker_processes():
+    """Estimators and block functions pickle to real worker processes."""
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        Xd = _dask(X, CHUNKINGS["uneven"])
+        km = KMeans(n_clusters=3, init=X[[0, 200, 400]]).fit(Xd)
+        ref = KMeans(n_clusters=3, init=X[[0, 200, 400]]).fit(X)
+        np.testing.assert_array_equal(km.labels_, ref.labels_)
+        lr = LogisticRegression().fit(Xd, _dask(C3, CHUNKINGS["uneven"]))
+        np.testing.assert_array_equal(lr.predict(Xd).compute(), lr.predict(X))
+        svc = SVC().fit(X, C2)
+        np.testing.assert_array_equal(svc.predict(Xd).compute(), svc.predict(X))
