@@ -38,11 +38,11 @@ EXTRA = [
 
 # estimator id -> why it cannot keep all of its state in the inputs' library
 HOST_STATE = {
-    "SVC": "svm/_svc.py:388-449 keeps class_weight_, n_support_, n_iter_, "
+    "SVC": "svm/_svc.py:421-482 keeps class_weight_, n_support_, n_iter_, "
     "dual_objective_, primal_objective_, duality_gap_, violation_ as NumPy",
     "SVC(probability=True,random_state=0)": "as SVC",
     "SVC(kernel='linear')": "as SVC",
-    "SequentialFeatureSelector": "linear_model/_feature_selection.py:167 keeps "
+    "SequentialFeatureSelector": "linear_model/_feature_selection.py:169 keeps "
     "support_ as a NumPy mask",
 }
 
