@@ -44,7 +44,7 @@ def _fit_round(m, data, w, rng):
     if isinstance(m, DecisionTreeClassifier):
         m.n_features_in_ = int(data.X.shape[1])
         m.classes_ = data.classes
-        return m._fit_arrays(data.ctx, data.X, data.y, w, data.K)
+        return m._fit_arrays(data.ctx, data.X, data.y, w, data.K, ids=data.positive)
     if takes_sample_weight(m):
         return fit_member(m, data, weight=w)
     p = np.asarray(to_numpy(w), dtype=np.float64)
@@ -163,7 +163,10 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
         xp = ctx.xp
         K = int(self.classes_.shape[0])
-        data = _Rounds(ctx, X, y, classes=self.classes_, K=K)
+        # the weights stay positive where sample_weight is (e^{±β} > 0): the
+        # trees' samples are found once, not every round
+        positive = xp.nonzero(sw > 0)[0]
+        data = _Rounds(ctx, X, y, classes=self.classes_, K=K, positive=positive)
         template = (
             DecisionTreeClassifier(max_depth=1)
             if self.estimator is None
@@ -314,3 +317,4 @@ class _Rounds(Training):
 
     classes: Any = None
     K: int = 0
+    positive: Any = None  # indices of the samples of positive weight

@@ -89,11 +89,13 @@ class _BaseDecisionTree(BaseEstimator):
             ),
         )
 
-    def _fit_arrays(self, ctx, X, y, sw, n_classes):
-        """Grow the tree from validated arrays (``y`` codes or floats)."""
+    def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None):
+        """Grow the tree from validated arrays (``y`` codes or floats) on the
+        samples ``ids`` (default: those of positive weight; one host sync)."""
         xp = ctx.xp
         params = self._grow_params(int(X.shape[0]), int(X.shape[1]), n_classes)
-        ids = xp.nonzero(sw > 0)[0]
+        if ids is None:
+            ids = xp.nonzero(sw > 0)[0]
         w = xp.take(sw, ids)
         rng = check_random_state(self.random_state)
         n_kept = np.asarray([int(ids.shape[0])])
