@@ -463,12 +463,6 @@ ROWS = [
         predict_uploads=1,
         fitted_uploads=0,
         **_BLOCK,
-        xfail_fit=_xf(
-            "4 syncs per node block: each stump's own fit pays "
-            "tree/_classes.py:96 nonzero and tree/_grow.py:307 besides its block "
-            "download (:408), and the boosting step reads its error "
-            "(ensemble/_weight_boosting.py:185 float)"
-        ),
     ),
     # AgglomerativeClustering: <= 1 sync per merge (met at 4caffd6:
     # 1 per merge, from 4)
