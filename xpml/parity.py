@@ -119,7 +119,7 @@ class ParityReport:
         return "\n".join(lines)
 
 
-def _run(estimator, X, y, methods, fit_params, spec, dtype):
+def _run(estimator, X, y, spec, *, methods, fit_params, dtype):
     name, device = _parse(spec)
     est = clone(estimator)
     with backend(name, device=device, dtype=dtype):
@@ -165,7 +165,8 @@ def compare(
     fit_params = fit_params or {}
     reference = reference or backends[0]
     results = {
-        b: _run(estimator, X, y, methods, fit_params, b, dtype) for b in backends
+        b: _run(estimator, X, y, b, methods=methods, fit_params=fit_params, dtype=dtype)
+        for b in backends
     }
     ref = results[reference]
     diffs, missing = {}, {}

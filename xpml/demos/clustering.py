@@ -33,21 +33,14 @@ def compare_inits(X, k, seeds=20):
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpml demo clustering", description=__doc__)
-    parser.add_argument("--out", default=None, help="folder for the PNGs")
-    parser.add_argument("--seeds", type=int, default=20, help="k-means runs per init")
-    args = parser.parse_args(argv)
+def _show_inits(X, k, seeds):
+    from xpml.cluster import KMeans
 
-    from xpml.cluster import AgglomerativeClustering, KMeans
-
-    k = 8
-    X, _ = _blobs(2000, k, 2, seed=3)
     print(
         f"k-means on {len(X)} points in 2-D drawn around {k} centres; "
-        f"{args.seeds} single runs (n_init=1) per initialisation:"
+        f"{seeds} single runs (n_init=1) per initialisation:"
     )
-    rows = compare_inits(X, k, args.seeds)
+    rows = compare_inits(X, k, seeds)
     best = min(v[0].min() for v in rows.values())
     print(
         f"  {'init':<17} {'mean inertia':>13} {'worst':>10} {'within 1% of best':>18} "
@@ -65,9 +58,13 @@ def main(argv=None) -> int:
     print(
         f"  (best single run: {best:.1f}; the last column keeps the best of 10 restarts)"
     )
+    return {"X": X, "rows": rows, "restarts": restarts}
+
+
+def _show_linkages(linkages):
+    from xpml.cluster import AgglomerativeClustering
 
     pts, _ = _blobs(40, 4, 2, seed=7, spread=1.5)
-    linkages = ("single", "complete", "average", "centroid")
     trees = {}
     print(
         "\nagglomerative clustering of 40 points, last three merge heights "
@@ -83,20 +80,17 @@ def main(argv=None) -> int:
             f"  {linkage:<9} {np.round(Z[-3:, 2], 2).tolist()}  cluster sizes "
             f"{np.bincount(np.asarray(est.labels_)).tolist()}{note}"
         )
+    return trees
 
-    from xpml.demos import out_dir, plt_or_none
 
-    plt = plt_or_none()
-    if plt is None:
-        print("\nmatplotlib is not installed: no figures (pip install 'xpml[plot]')")
-        return 0
-    folder = out_dir(args.out)
+def _plot_inits(plt, found, seeds, folder):
+    rows, restarts, X = found["rows"], found["restarts"], found["X"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     names = list(rows)
     axes[0].boxplot([rows[n][0] for n in names])
     axes[0].set_xticks(range(1, len(names) + 1), names)
     axes[0].set_ylabel("inertia (single run)")
-    axes[0].set_title(f"k-means inits, {args.seeds} seeds each")
+    axes[0].set_title(f"k-means inits, {seeds} seeds each")
     labels = np.asarray(restarts.labels_)
     axes[1].scatter(X[:, 0], X[:, 1], c=labels, s=4, cmap="tab10")
     C = np.asarray(restarts.cluster_centers_)
@@ -107,13 +101,16 @@ def main(argv=None) -> int:
     fig.savefig(p1, dpi=100)
     plt.close(fig)
     print(f"\nsaved {p1}")
+
+
+def _plot_dendrograms(plt, trees, folder):
     try:
         from scipy.cluster.hierarchy import dendrogram
     except ImportError:
         print("scipy is not installed: no dendrograms (pip install scipy)")
-        return 0
+        return
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    for ax, linkage in zip(axes.ravel(), linkages):
+    for ax, linkage in zip(axes.ravel(), trees):
         dendrogram(trees[linkage], ax=ax, no_labels=True, color_threshold=None)
         ax.set_title(f"{linkage} linkage")
         ax.set_ylabel("merge height")
@@ -122,4 +119,26 @@ def main(argv=None) -> int:
     fig.savefig(p2, dpi=100)
     plt.close(fig)
     print(f"saved {p2}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="xpml demo clustering", description=__doc__)
+    parser.add_argument("--out", default=None, help="folder for the PNGs")
+    parser.add_argument("--seeds", type=int, default=20, help="k-means runs per init")
+    args = parser.parse_args(argv)
+
+    k = 8
+    X, _ = _blobs(2000, k, 2, seed=3)
+    found = _show_inits(X, k, args.seeds)
+    trees = _show_linkages(("single", "complete", "average", "centroid"))
+
+    from xpml.demos import out_dir, plt_or_none
+
+    plt = plt_or_none()
+    if plt is None:
+        print("\nmatplotlib is not installed: no figures (pip install 'xpml[plot]')")
+        return 0
+    folder = out_dir(args.out)
+    _plot_inits(plt, found, args.seeds, folder)
+    _plot_dendrograms(plt, trees, folder)
     return 0

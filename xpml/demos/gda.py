@@ -84,15 +84,7 @@ def learning_curves(make_data, sizes=(10, 20, 40, 80, 160, 320, 640, 1280), repe
     return list(sizes), curves
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpml demo gda", description=__doc__)
-    parser.add_argument("--out", default=None, help="folder for the PNG")
-    parser.add_argument(
-        "--repeats", type=int, default=20, help="training sets per size"
-    )
-    args = parser.parse_args(argv)
-    from xpml.demos import out_dir, plt_or_none
-
+def _show_posterior():
     d_proba, d_bayes, lda = posterior_check()
     print("Two Gaussian classes with a shared covariance (d = 6, n = 500)")
     print(
@@ -104,7 +96,10 @@ def main(argv=None) -> int:
         "-> the generative posterior is exactly a logistic function of x: the quadratic "
         "terms x' Sigma^-1 x of the two classes cancel because they share Sigma."
     )
+    return lda
 
+
+def _show_curves(repeats):
     results = {}
     for title, make in (
         (
@@ -113,10 +108,10 @@ def main(argv=None) -> int:
         ),
         ("exponential / heavy-tailed classes (GDA's model is wrong)", skewed_classes),
     ):
-        sizes, curves = learning_curves(make, repeats=args.repeats)
+        sizes, curves = learning_curves(make, repeats=repeats)
         results[title] = (sizes, curves)
         print(
-            f"\nLearning curves, test error (mean of {args.repeats} training sets): {title}"
+            f"\nLearning curves, test error (mean of {repeats} training sets): {title}"
         )
         print(f"{'m':>6}" + "".join(f"{k:>22}" for k in curves))
         for i, m in enumerate(sizes):
@@ -133,33 +128,53 @@ def main(argv=None) -> int:
         f"logistic regression -- which models only P(y|x) -- ends {gap_end:.3f} lower at "
         f"m = {s2[-1]} (Ng & Jordan 2002)."
     )
+    return results
+
+
+def _plot_posterior(ax, lda):
+    X, y = gaussian_classes(500)
+    z = float(lda.theta0_) + X @ lda.theta_
+    order = np.argsort(z)
+    ax.plot(z[order], lda.predict_proba(X)[order, 1], lw=3, label="LDA posterior")
+    ax.plot(
+        z[order],
+        1 / (1 + np.exp(-z[order])),
+        "k--",
+        label="sigma(theta0 + theta.x)",
+    )
+    ax.set_xlabel("theta0 + theta.x")
+    ax.set_ylabel("P(y = 1 | x)")
+    ax.legend()
+    ax.set_title("posterior = logistic")
+
+
+def _plot_curves(axes, results):
+    for a, (title, (sizes, curves)) in zip(axes, results.items()):
+        for name, vals in curves.items():
+            a.semilogx(sizes, vals, "o-", label=name)
+        a.set_xlabel("training size m")
+        a.set_ylabel("test error")
+        a.set_title(title.split(" (")[0], fontsize=9)
+        a.legend()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="xpml demo gda", description=__doc__)
+    parser.add_argument("--out", default=None, help="folder for the PNG")
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="training sets per size"
+    )
+    args = parser.parse_args(argv)
+    from xpml.demos import out_dir, plt_or_none
+
+    lda = _show_posterior()
+    results = _show_curves(args.repeats)
 
     plt = plt_or_none()
     if plt is not None:
         fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
-        X, y = gaussian_classes(500)
-        z = float(lda.theta0_) + X @ lda.theta_
-        order = np.argsort(z)
-        ax[0].plot(
-            z[order], lda.predict_proba(X)[order, 1], lw=3, label="LDA posterior"
-        )
-        ax[0].plot(
-            z[order],
-            1 / (1 + np.exp(-z[order])),
-            "k--",
-            label="sigma(theta0 + theta.x)",
-        )
-        ax[0].set_xlabel("theta0 + theta.x")
-        ax[0].set_ylabel("P(y = 1 | x)")
-        ax[0].legend()
-        ax[0].set_title("posterior = logistic")
-        for a, (title, (sizes, curves)) in zip(ax[1:], results.items()):
-            for name, vals in curves.items():
-                a.semilogx(sizes, vals, "o-", label=name)
-            a.set_xlabel("training size m")
-            a.set_ylabel("test error")
-            a.set_title(title.split(" (")[0], fontsize=9)
-            a.legend()
+        _plot_posterior(ax[0], lda)
+        _plot_curves(ax[1:], results)
         fig.tight_layout()
         path = os.path.join(out_dir(args.out), "gda.png")
         fig.savefig(path, dpi=90)

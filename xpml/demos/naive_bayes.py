@@ -112,13 +112,7 @@ def duplication(ks=(1, 2, 3, 5, 10)):
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpml demo naive-bayes", description=__doc__)
-    parser.add_argument("--out", default=None, help="folder for the PNG")
-    args = parser.parse_args(argv)
-    from xpml.demos import out_dir, plt_or_none
-
-    warnings.simplefilter("ignore", RuntimeWarning)
+def _show_smoothing():
     rows = smoothing_sweep()
     print("Smoothing sweep on digits as pixel counts (test set, 40%)")
     print(
@@ -137,7 +131,10 @@ def main(argv=None) -> int:
         f"{r0['allinf']} test digits are impossible under every class and fall back to the "
         f"prior; no NaN anywhere. A little smoothing fixes it; too much flattens the classes."
     )
+    return rows
 
+
+def _show_duplication():
     dup = duplication()
     for name, drows in dup.items():
         print(
@@ -157,31 +154,49 @@ def main(argv=None) -> int:
         "counts the same evidence k times): the decisions, hence accuracy, do not move, "
         "but the probabilities are pushed to 0 and 1 -- ECE and log loss grow with k."
     )
+    return dup
+
+
+def _plot_smoothing(ax, rows):
+    a = [max(r["alpha"], 1e-4) for r in rows]
+    ax[0].semilogx(a, [r["acc"] for r in rows], "o-", label="MultinomialNB")
+    ax[0].semilogx(a, [r["acc_b"] for r in rows], "s-", label="BernoulliNB")
+    ax[0].set_xlabel("alpha (0 drawn at 1e-4)")
+    ax[0].set_ylabel("test accuracy")
+    ax[0].legend()
+    ax[0].set_title("smoothing sweep")
+    ax[1].semilogx(a, [r["loss"] for r in rows], "o-", label="MultinomialNB")
+    ax[1].semilogx(a, [r["loss_b"] for r in rows], "s-", label="BernoulliNB")
+    ax[1].set_yscale("log")
+    ax[1].set_xlabel("alpha")
+    ax[1].set_ylabel("test log loss")
+    ax[1].legend()
+
+
+def _plot_duplication(ax, dup):
+    for name, drows in dup.items():
+        ax.plot([r["k"] for r in drows], [r["ece"] for r in drows], "o-", label=name)
+    ax.set_xlabel("copies k of every feature")
+    ax.set_ylabel("ECE (accuracy unchanged)")
+    ax.legend(fontsize=8)
+    ax.set_title("duplicated evidence")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="xpml demo naive-bayes", description=__doc__)
+    parser.add_argument("--out", default=None, help="folder for the PNG")
+    args = parser.parse_args(argv)
+    from xpml.demos import out_dir, plt_or_none
+
+    warnings.simplefilter("ignore", RuntimeWarning)
+    rows = _show_smoothing()
+    dup = _show_duplication()
 
     plt = plt_or_none()
     if plt is not None:
         fig, ax = plt.subplots(1, 3, figsize=(15, 4))
-        a = [max(r["alpha"], 1e-4) for r in rows]
-        ax[0].semilogx(a, [r["acc"] for r in rows], "o-", label="MultinomialNB")
-        ax[0].semilogx(a, [r["acc_b"] for r in rows], "s-", label="BernoulliNB")
-        ax[0].set_xlabel("alpha (0 drawn at 1e-4)")
-        ax[0].set_ylabel("test accuracy")
-        ax[0].legend()
-        ax[0].set_title("smoothing sweep")
-        ax[1].semilogx(a, [r["loss"] for r in rows], "o-", label="MultinomialNB")
-        ax[1].semilogx(a, [r["loss_b"] for r in rows], "s-", label="BernoulliNB")
-        ax[1].set_yscale("log")
-        ax[1].set_xlabel("alpha")
-        ax[1].set_ylabel("test log loss")
-        ax[1].legend()
-        for name, drows in dup.items():
-            ax[2].plot(
-                [r["k"] for r in drows], [r["ece"] for r in drows], "o-", label=name
-            )
-        ax[2].set_xlabel("copies k of every feature")
-        ax[2].set_ylabel("ECE (accuracy unchanged)")
-        ax[2].legend(fontsize=8)
-        ax[2].set_title("duplicated evidence")
+        _plot_smoothing(ax[:2], rows)
+        _plot_duplication(ax[2], dup)
         fig.tight_layout()
         path = os.path.join(out_dir(args.out), "naive_bayes.png")
         fig.savefig(path, dpi=90)

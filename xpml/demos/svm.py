@@ -109,18 +109,7 @@ def _plot(plt, rows, X, y, path):
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpml demo svm", description=__doc__)
-    parser.add_argument("--out", default=None, help="folder for the PNG")
-    parser.add_argument("--n", type=int, default=400, help="training points")
-    args = parser.parse_args(argv)
-
-    from xpml.demos import out_dir, plt_or_none
-    from xpml.svm import SVC
-
-    Xtr, ytr = circles(args.n, seed=0)
-    Xte, yte = circles(1000, seed=1)
-
+def _show_kernels(Xtr, ytr, Xte, yte):
     print("Concentric circles: kernels and the RBF width sigma (gamma = 1/(2 sigma^2))")
     print(f"{'model':<20} {'train acc':>9} {'test acc':>9} {'SVs':>6}")
     rows = kernel_table(Xtr, ytr, Xte, yte)
@@ -130,14 +119,17 @@ def main(argv=None) -> int:
     nsv = {name: k for name, _, _, k, _ in rows}
     print(
         f"-> a line cannot separate circles (test acc {acc['linear']:.2f}); the degree-2 "
-        f"polynomial kernel does with {nsv['poly degree 2']} of {args.n} points as SVs; "
+        f"polynomial kernel does with {nsv['poly degree 2']} of {len(Xtr)} points as SVs; "
         f"tiny sigma memorises ({nsv['rbf sigma=0.01']} SVs, test acc "
         f"{acc['rbf sigma=0.01']:.2f}); huge sigma underfits (test acc "
         f"{acc['rbf sigma=100']:.2f})."
     )
+    return rows
 
+
+def _show_c_sweep(n):
     for noise, what in ((0.1, "overlapping"), (0.05, "separable")):
-        Xc, yc = circles(args.n, noise=noise, seed=0)
+        Xc, yc = circles(n, noise=noise, seed=0)
         print(
             f"\nC sweep, degree-2 polynomial kernel, {what} circles (noise {noise}): "
             f"margin 1/||w||, SVs, SMO steps"
@@ -150,6 +142,10 @@ def main(argv=None) -> int:
         "solver needs many more steps at large C; on separable data the margin stops "
         "changing once C exceeds the largest alpha of the hard-margin solution."
     )
+
+
+def _show_support_vectors(Xtr, ytr, Xte):
+    from xpml.svm import SVC
 
     est = SVC(kernel="poly", degree=2, gamma=1.0, coef0=1.0, tol=1e-8).fit(Xtr, ytr)
     sv = SVC(kernel="poly", degree=2, gamma=1.0, coef0=1.0, tol=1e-8).fit(
@@ -165,6 +161,21 @@ def main(argv=None) -> int:
         f"Primal = dual at the optimum: P = {p:.8f}, D = {d:.8f}, gap = {p - d:.2e}; "
         f"sum alpha_i y_i = {est.dual_coef_.sum():.1e}"
     )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="xpml demo svm", description=__doc__)
+    parser.add_argument("--out", default=None, help="folder for the PNG")
+    parser.add_argument("--n", type=int, default=400, help="training points")
+    args = parser.parse_args(argv)
+
+    from xpml.demos import out_dir, plt_or_none
+
+    Xtr, ytr = circles(args.n, seed=0)
+    Xte, yte = circles(1000, seed=1)
+    rows = _show_kernels(Xtr, ytr, Xte, yte)
+    _show_c_sweep(args.n)
+    _show_support_vectors(Xtr, ytr, Xte)
 
     plt = plt_or_none()
     if plt is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,23 +23,59 @@ def make_data(n, seed, noise=0.15, d_noise=3):
     return X, np.where(flip, 1 - clean, clean), clean
 
 
-def depth_sweep(Xtr, ytr, Xv, yv, Xte, yte, depths):
+@dataclass(frozen=True)
+class Split:
+    """Training, validation and test sets of :func:`make_data`, with the test
+    set's noise-free labels."""
+
+    Xtr: np.ndarray
+    ytr: np.ndarray
+    Xv: np.ndarray
+    yv: np.ndarray
+    Xte: np.ndarray
+    yte: np.ndarray
+    clean_te: np.ndarray
+
+
+def make_split(n_train):
+    Xtr, ytr, _ = make_data(n_train, 0)
+    Xv, yv, _ = make_data(n_train // 2, 1)
+    Xte, yte, clean_te = make_data(4000, 2)
+    return Split(Xtr, ytr, Xv, yv, Xte, yte, clean_te)
+
+
+def depth_sweep(data, depths):
     """Train / test error for each max_depth, and for the full tree before and
-    after reduced-error pruning on the validation set."""
+    after reduced-error pruning on the validation set (``data`` a :class:`Split`)."""
     from xpml.tree import DecisionTreeClassifier
 
     rows = []
     for depth in depths:
-        t = DecisionTreeClassifier(max_depth=depth).fit(Xtr, ytr)
-        rows.append((depth, 1 - t.score(Xtr, ytr), 1 - t.score(Xte, yte), t.n_leaves_))
-    full = DecisionTreeClassifier().fit(Xtr, ytr)
-    before = (1 - full.score(Xv, yv), 1 - full.score(Xte, yte), full.n_leaves_)
-    full.prune(Xv, yv)
-    after = (1 - full.score(Xv, yv), 1 - full.score(Xte, yte), full.n_leaves_)
+        t = DecisionTreeClassifier(max_depth=depth).fit(data.Xtr, data.ytr)
+        rows.append(
+            (
+                depth,
+                1 - t.score(data.Xtr, data.ytr),
+                1 - t.score(data.Xte, data.yte),
+                t.n_leaves_,
+            )
+        )
+    full = DecisionTreeClassifier().fit(data.Xtr, data.ytr)
+    before = (
+        1 - full.score(data.Xv, data.yv),
+        1 - full.score(data.Xte, data.yte),
+        full.n_leaves_,
+    )
+    full.prune(data.Xv, data.yv)
+    after = (
+        1 - full.score(data.Xv, data.yv),
+        1 - full.score(data.Xte, data.yte),
+        full.n_leaves_,
+    )
     return rows, before, after
 
 
-def bias_variance(models, n_train, resamples, Xte, clean_te, seed0=100):
+def bias_variance(models, Xte, clean_te, *, n_train, resamples, seed0=100):
     """Fit every model on ``resamples`` fresh training sets; for 0/1 loss on the
     test points report the mean error against the noise-free labels, the bias
     (error of the majority prediction across resamples) and the variance (how
@@ -59,31 +96,16 @@ def bias_variance(models, n_train, resamples, Xte, clean_te, seed0=100):
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="xpml demo trees", description=__doc__)
-    p.add_argument("--n-train", type=int, default=400)
-    p.add_argument("--resamples", type=int, default=12)
-    p.add_argument("--trees", type=int, default=50)
-    p.add_argument("--quick", action="store_true", help="fewer resamples and trees")
-    p.add_argument("--out", default=None, help="folder for the PNG")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.resamples, args.trees = 4, 15
-
-    from xpml.ensemble import BaggingClassifier, RandomForestClassifier
-    from xpml.tree import DecisionTreeClassifier
-
-    t0 = time.perf_counter()
-    Xtr, ytr, _ = make_data(args.n_train, 0)
-    Xv, yv, _ = make_data(args.n_train // 2, 1)
-    Xte, yte, clean_te = make_data(4000, 2)
+def _show_data(data):
     print(
         f"data: x1 < sin(2 x0) in 2-D plus 3 noise features, 15% flipped labels; "
-        f"{len(Xtr)} train, {len(Xv)} validation, {len(Xte)} test points "
+        f"{len(data.Xtr)} train, {len(data.Xv)} validation, {len(data.Xte)} test points "
         f"(Bayes error 0.15)"
     )
-    depths = list(range(1, 16))
-    rows, before, after = depth_sweep(Xtr, ytr, Xv, yv, Xte, yte, depths)
+
+
+def _show_depths(data, depths):
+    rows, before, after = depth_sweep(data, depths)
     print(f"\n{'depth':>5} {'train err':>9} {'test err':>8} {'leaves':>6}")
     for depth, tr, te, leaves in rows:
         print(f"{depth:>5} {tr:>9.3f} {te:>8.3f} {leaves:>6}")
@@ -97,6 +119,12 @@ def main(argv=None) -> int:
         f"{after[0]:.3f}, test error {before[1]:.3f} -> {after[1]:.3f}, leaves {before[2]} -> "
         f"{after[2]}"
     )
+    return {"depths": depths, "rows": rows, "before": before, "after": after}
+
+
+def _show_ensembles(data, args):
+    from xpml.ensemble import BaggingClassifier, RandomForestClassifier
+    from xpml.tree import DecisionTreeClassifier
 
     T = args.trees
     models = {
@@ -106,7 +134,13 @@ def main(argv=None) -> int:
             T, max_features=2, random_state=r
         ),
     }
-    bv = bias_variance(models, args.n_train, args.resamples, Xte, clean_te)
+    bv = bias_variance(
+        models,
+        data.Xte,
+        data.clean_te,
+        n_train=args.n_train,
+        resamples=args.resamples,
+    )
     print(
         f"\nover {args.resamples} fresh training sets of {args.n_train} points "
         f"(0/1 loss against the noise-free labels):"
@@ -122,36 +156,68 @@ def main(argv=None) -> int:
         f"(a full tree's bias is already low); random feature subsets decorrelate the trees, "
         f"which helps most when many features are informative."
     )
-    print(f"({time.perf_counter() - t0:.1f} s)")
+    return bv
 
+
+def _plot_depths(ax, sweep):
+    rows, before, after = sweep["rows"], sweep["before"], sweep["after"]
+    depths = sweep["depths"]
+    ax.plot(depths, [r[1] for r in rows], marker="o", label="train error")
+    ax.plot(depths, [r[2] for r in rows], marker="o", label="test error")
+    ax.axhline(
+        after[1], color="green", ls="--", label=f"full tree pruned ({after[2]} leaves)"
+    )
+    ax.axhline(before[1], color="red", ls=":", label=f"full tree ({before[2]} leaves)")
+    ax.axhline(0.15, color="grey", lw=0.8, label="label noise")
+    ax.set_xlabel("max_depth")
+    ax.set_ylabel("0/1 error")
+    ax.set_title("depth and pruning")
+    ax.legend(fontsize=8)
+
+
+def _plot_bias_variance(ax, bv, resamples):
+    names = list(bv)
+    x = np.arange(len(names))
+    for i, key in enumerate(("error", "bias", "variance")):
+        ax.bar(x + (i - 1) * 0.27, [bv[nm][key] for nm in names], width=0.27, label=key)
+    ax.set_xticks(x, names)
+    ax.set_title(f"bias and variance over {resamples} training sets")
+    ax.legend(fontsize=8)
+
+
+def _plot(found, args):
     from xpml.demos import out_dir, plt_or_none
 
     plt = plt_or_none()
     if plt is None:
         print("matplotlib is not installed: no figure (pip install 'xpml[plot]')")
-        return 0
+        return
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    a.plot(depths, [r[1] for r in rows], marker="o", label="train error")
-    a.plot(depths, [r[2] for r in rows], marker="o", label="test error")
-    a.axhline(
-        after[1], color="green", ls="--", label=f"full tree pruned ({after[2]} leaves)"
-    )
-    a.axhline(before[1], color="red", ls=":", label=f"full tree ({before[2]} leaves)")
-    a.axhline(0.15, color="grey", lw=0.8, label="label noise")
-    a.set_xlabel("max_depth")
-    a.set_ylabel("0/1 error")
-    a.set_title("depth and pruning")
-    a.legend(fontsize=8)
-    names = list(bv)
-    x = np.arange(len(names))
-    for i, key in enumerate(("error", "bias", "variance")):
-        b.bar(x + (i - 1) * 0.27, [bv[nm][key] for nm in names], width=0.27, label=key)
-    b.set_xticks(x, names)
-    b.set_title(f"bias and variance over {args.resamples} training sets")
-    b.legend(fontsize=8)
+    _plot_depths(a, found["sweep"])
+    _plot_bias_variance(b, found["bv"], args.resamples)
     fig.tight_layout()
     path = os.path.join(out_dir(args.out), "trees.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     print(f"figure: {path}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="xpml demo trees", description=__doc__)
+    p.add_argument("--n-train", type=int, default=400)
+    p.add_argument("--resamples", type=int, default=12)
+    p.add_argument("--trees", type=int, default=50)
+    p.add_argument("--quick", action="store_true", help="fewer resamples and trees")
+    p.add_argument("--out", default=None, help="folder for the PNG")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.resamples, args.trees = 4, 15
+
+    t0 = time.perf_counter()
+    data = make_split(args.n_train)
+    _show_data(data)
+    found = {"sweep": _show_depths(data, list(range(1, 16)))}
+    found["bv"] = _show_ensembles(data, args)
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    _plot(found, args)
     return 0
