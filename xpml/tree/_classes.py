@@ -380,6 +380,13 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     Gini proxy of a split: ``Σ_k c_{L,k}²/W_L + Σ_k c_{R,k}²/W_R`` (maximised),
     with ``c`` cumulative weighted class counts along the sorted feature.
 
+    Nodes are searched in blocks (all open nodes of one depth, grouped by
+    size); each block costs one upload and one download between host and
+    device. The private fitted dict ``_grow_stats`` counts the blocks
+    (``node_blocks``) and the extra rounds of nodes that drew constant
+    features (``redraws``). Prediction walks a copy of the tree kept on the
+    compute device (``_cache_stack``, neither pickled nor saved).
+
     References
     ----------
     Breiman, Friedman, Olshen & Stone, *Classification and Regression Trees*, 1984.

@@ -359,7 +359,7 @@ def _search_block(g, level, blk):
     Forest nodes whose drawn features hold constant ones re-draw those slots
     and are searched again (only they), until no slot can be replaced."""
     nb, L = len(blk.ids), blk.L
-    draw = _draw_features(g, blk) if g.subset else None
+    draw = _Draw(g, blk) if g.subset else None
     rows = np.arange(nb)
     h, pieces, size = None, [], 0
     row_at = np.zeros(nb, dtype=np.int64)
@@ -389,13 +389,9 @@ def _block_round(g, level, blk, F):
     aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
     ent = _gather_block(g, level, aux, blk.L, blk.ids)
     nb = len(blk.ids)
-    if F is None:
-        Fd, vals, extra = (
-            xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d)),
-            None,
-            [],
-        )
-        chunk = max(1, g.budget // (nb * blk.L))
+    if F is None:  # every feature, searched in chunks that fit the budget
+        Fd = xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d))
+        vals, extra, chunk = None, [], max(1, g.budget // (nb * blk.L))
     else:
         Fd = aux[:, 2:]
         vals, const = _gather_features(g, ent, Fd)
@@ -485,10 +481,6 @@ class _Draw:
             self.F[b, slots] = self.order[b, self.nxt[b] : self.nxt[b] + k]
             self.nxt[b] += k
         return rows[need > 0]
-
-
-def _draw_features(g, blk):
-    return _Draw(g, blk)
 
 
 # ------------------------------------------------------------- split search
