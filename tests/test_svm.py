@@ -599,10 +599,11 @@ def test_host_syncs_per_working_set_under_torch():
     svc_module.smo_solve = spy
     try:
         with xpml.backend("torch"), count_syncs() as c:
-            SVC(tol=1e-6, working_set_size=16).fit(X, y)
+            est = SVC(tol=1e-6, working_set_size=16).fit(X, y)
     finally:
         svc_module.smo_solve = original
     sets = sum(r.n_outer for r in results)
+    assert int(est.n_working_sets_.sum()) == sets
     assert sets >= 10
     # one packed read and the subproblem's round trip per working set, plus
     # shrinking checks and the set-up / final gathering

@@ -168,6 +168,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         Weights ``w`` of each one-vs-one problem; only with ``kernel="linear"``.
     n_iter_ : int32 array (n_classes·(n_classes−1)/2,)
         SMO steps per binary problem.
+    n_working_sets_ : int32 array (n_classes·(n_classes−1)/2,)
+        Working sets (outer steps) per binary problem; the host syncs of a
+        fit grow with their number (about three per working set under torch).
     dual_objective_, primal_objective_, duality_gap_ : float arrays (n_pairs,)
         ``D(α) = Σα − ½αᵀQα``, ``P(w,b) = ½‖w‖² + Σ Cᵢξᵢ`` and ``P − D ≥ 0``,
         a certificate of convergence.
@@ -476,6 +479,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         if self.kernel == "linear":
             self.coef_ = self._linear_coef(xp)
         self.n_iter_ = np.array([r.n_iter for r in results], dtype=np.int32)
+        self.n_working_sets_ = np.array([r.n_outer for r in results], dtype=np.int32)
         self.dual_objective_ = np.array([r.dual for r in results])
         self.primal_objective_ = np.array([r.primal for r in results])
         self.duality_gap_ = self.primal_objective_ - self.dual_objective_
