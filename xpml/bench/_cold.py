@@ -94,14 +94,15 @@ def sync_for(backend, device):
 
 def _thread_state():
     """The thread limits in force here, for a child to apply."""
-    pools = []
+    pools = {}
     with contextlib.suppress(Exception):
         from threadpoolctl import threadpool_info
 
-        pools = [
-            {k: d[k] for k in ("filepath", "prefix", "num_threads")}
-            for d in threadpool_info()
-        ]
+        # by file, and by kind for the libraries loaded only in the child
+        # (e.g. SciPy's own OpenBLAS): the fewest threads of that kind here
+        for d in threadpool_info():
+            pools[d["filepath"]] = d["num_threads"]
+            pools[d["prefix"]] = min(pools.get(d["prefix"], 1 << 30), d["num_threads"])
     torch_threads = None
     if "torch" in sys.modules:
         torch_threads = sys.modules["torch"].get_num_threads()
