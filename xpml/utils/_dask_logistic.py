@@ -124,7 +124,7 @@ def _newton_step(est, system, Wb, lam, xp):
     return (E[1:, :], E[0, :]) if fi else (E, xp.zeros_like(gb))
 
 
-def _line_search(est, data, Wb, E, F, slope, lam):
+def _line_search(data, Wb, E, /, *, F, slope, lam):
     """First Armijo step among ``1, ½, ¼, …`` (the last one if none passes)."""
     W, b = Wb
     eW, eb = E
@@ -166,7 +166,7 @@ def _newton(est, data, Wb, lam):
             break
         E = _newton_step(est, (gW, gb, H), Wb, lam, xp)
         slope = float(xp.sum(gW * E[0]) + (xp.sum(gb * E[1]) if fi else 0.0))
-        Wb, F = _line_search(est, data, Wb, E, F, slope, lam)
+        Wb, F = _line_search(data, Wb, E, F=F, slope=slope, lam=lam)
     return Wb, it, converged, separated
 
 
