@@ -184,7 +184,7 @@ class _BaseBagging(BaseEstimator):
             est.n_features_in_ = d
             if job.K:
                 est.classes_ = self.classes_
-            est._set_tree(tree, ctx, X.dtype)
+            est._set_tree(tree, ctx, X.dtype, stack=False)
             members.append(est)
         fdt = np.float32 if itemsize(X.dtype, xp) == 4 else np.float64
         sources = [m.tree_feature_ for m in members]

@@ -52,6 +52,17 @@ def _fit_round(m, data, w, rng):
     return fit_member(m, data, rows=rows)
 
 
+def _vote_table(betas):
+    """Leaf values of member ``t`` in the stack: its vote ``β_t · onehot(class)``."""
+    betas = np.asarray(betas, dtype=np.float64)
+
+    def values(t, tree):
+        onehot = np.eye(tree["value"].shape[1])[np.argmax(tree["value"], axis=1)]
+        return (float(betas[t]) * onehot).astype(tree["value"].dtype)
+
+    return values
+
+
 class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
     """Discrete AdaBoost (SAMME for more than two classes) on weighted stumps.
 
@@ -218,6 +229,9 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         self.estimator_errors_ = xp.asarray(
             np.asarray(errors), dtype=X.dtype, device=ctx.device
         )
+        if all(isinstance(m, _BaseDecisionTree) for m in members):
+            # the trees' votes on the compute device, for every predict
+            cached_stack(self, members, ctx, values=_vote_table(betas))
         return self._fitted(ctx)
 
     # ------------------------------------------------------------ predict
@@ -229,7 +243,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         betas = np.asarray(self._betas_host(), dtype=np.float64)
         totals = np.cumsum(betas)
         if all(isinstance(m, _BaseDecisionTree) for m in self.estimators_):
-            stack = cached_stack(self, self.estimators_, ctx, values=self._vote_values)
+            stack = cached_stack(self, self.estimators_, ctx, values=_vote_table(betas))
             votes = None
             for a, rows in stack.chunks(X, xp=xp):
                 for r in range(int(rows.shape[0])):
@@ -244,11 +258,6 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             v = float(b) * xp.astype(codes[:, None] == ks[None, :], X.dtype)
             votes = v if votes is None else votes + v
             yield votes / float(total)
-
-    def _vote_values(self, t, tree):
-        """Leaf values of member ``t`` in the stack: its vote ``β_t · onehot``."""
-        onehot = np.eye(tree["value"].shape[1])[np.argmax(tree["value"], axis=1)]
-        return (float(self._betas_host()[t]) * onehot).astype(tree["value"].dtype)
 
     def _betas_host(self):
         return to_numpy(self.estimator_weights_)

@@ -104,10 +104,11 @@ class _BaseDecisionTree(BaseEstimator):
         self._set_tree(trees[0], ctx, X.dtype)
         return self
 
-    def _set_tree(self, tree, ctx, dtype):
+    def _set_tree(self, tree, ctx, dtype, *, stack=True):
         """Store a host tree (dict of NumPy arrays) as the fitted arrays,
         directly in the caller's library (no round trip through the compute
-        device); float arrays in the precision of ``dtype``."""
+        device); float arrays in the precision of ``dtype``. With ``stack``,
+        also keep the tree on the compute device for prediction (one upload)."""
         fdt = np.float32 if itemsize(dtype, ctx.xp) == 4 else np.float64
         for k in _TREE_ARRAYS:
             floating = k in (
@@ -121,6 +122,11 @@ class _BaseDecisionTree(BaseEstimator):
         self.node_count_ = int(len(tree["feature"]))
         self.max_depth_ = int(tree["max_depth"])
         self.n_leaves_ = int(np.sum(tree["children_left"] < 0))
+        if stack:
+            sources = (self.tree_feature_,)
+            self._cache_stack = stack_trees(
+                [tree], ctx.xp, ctx.device, sources, np_dtype=fdt
+            )
 
     def _host_tree(self):
         return host_tree(self)
