@@ -20,8 +20,8 @@ from xpml.base import BaseEstimator, RegressorMixin
 from xpml.exceptions import ConvergenceWarning
 from xpml.linear_model._base import center_data
 from xpml.utils._array_api import device as _device
-from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_array, check_targets
+from xpml.utils._param_validation import Interval, Options
+from xpml.utils.validation import check_array, check_random_state, check_targets
 
 __all__ = ["Lasso", "lasso_path"]
 
@@ -34,9 +34,11 @@ def _soft_threshold(z, t, /, *, xp, zero):
     return xp.maximum(z - t, zero) + xp.minimum(z + t, zero)
 
 
-def _duality_gap(X, y, w, R, l1, /, *, xp):
-    """Duality gap of ``½‖y − Xw‖² + l1‖w‖₁`` at ``w`` with residual ``R``."""
-    XtR_max = xp.max(xp.abs(X.T @ R))
+def _duality_gap(X, y, w, R, l1, /, *, xp, positive=False):
+    """Duality gap of ``½‖y − Xw‖² + l1‖w‖₁`` at ``w`` with residual ``R``
+    (with ``w ≥ 0`` when ``positive``: the dual constraint is one-sided)."""
+    XtR = X.T @ R
+    XtR_max = xp.max(XtR) if positive else xp.max(xp.abs(XtR))
     R2 = xp.sum(R * R)
     ratio = l1 / xp.where(XtR_max > 0, XtR_max, xp.ones_like(XtR_max))
     const = xp.where(XtR_max > l1, ratio, xp.ones_like(ratio))
@@ -44,7 +46,7 @@ def _duality_gap(X, y, w, R, l1, /, *, xp):
     return gap + l1 * xp.sum(xp.abs(w)) - const * xp.sum(R * y)
 
 
-def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
+def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol, positive=False, rng=None):
     """Minimise ``½‖y − Xw‖² + l1‖w‖₁`` from ``w`` by cyclic coordinate descent.
 
     Each coordinate step is vectorised over the ``n`` rows (one dot product and
@@ -52,6 +54,10 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
     sync), as scikit-learn does: when the largest coordinate change is below
     ``tol`` times the largest weight, the duality gap is computed and compared
     with ``tol · ‖y‖²``.
+
+    ``positive``: coefficients constrained to ``≥ 0`` (one-sided threshold).
+    ``rng``: a host generator to visit the coordinates in a random order each
+    sweep (scikit-learn's ``selection="random"``); None: cyclic.
 
     Returns ``(w, gap, n_iter)``; ``gap`` is a Python float.
     """
@@ -68,12 +74,15 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
     zero = xp.zeros((), dtype=X.dtype, device=_device(X))
     for n_iter in range(1, max_iter + 1):
         dw_max, w_max = zero, zero
-        for j in range(d):
+        for j in rng.permutation(d).tolist() if rng is not None else range(d):
             if not inv[j]:
                 continue
             xj, wj = Xt[j, :], coords[j]
             rho = xj @ R + norms[j] * wj
-            new = _soft_threshold(rho, l1, xp=xp, zero=zero) * inv[j]
+            if positive:
+                new = xp.maximum(rho - l1, zero) * inv[j]
+            else:
+                new = _soft_threshold(rho, l1, xp=xp, zero=zero) * inv[j]
             delta = new - wj
             R = R - delta * xj
             coords[j] = new
@@ -82,7 +91,7 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol):
         dw, wm = to_numpy(xp.stack([dw_max, w_max])).tolist()  # one sync per sweep
         if wm == 0.0 or dw / wm <= tol or n_iter == max_iter:
             w = xp.stack(coords) if d else w
-            gap = float(_duality_gap(X, y, w, R, l1, xp=xp))
+            gap = float(_duality_gap(X, y, w, R, l1, xp=xp, positive=positive))
             if gap <= tol_scaled:
                 break
     w = xp.stack(coords) if d else w
@@ -177,6 +186,17 @@ class Lasso(RegressorMixin, BaseEstimator):
         coefficient, as scikit-learn does).
     warm_start : bool, default=False
         Start from the previous ``coef_``.
+    precompute : bool or array, default=False
+        Accepted for scikit-learn compatibility; the result does not depend on
+        it (the coordinate steps always use the residual).
+    copy_X : bool, default=True
+        Accepted: ``X`` is never modified.
+    positive : bool, default=False
+        Constrain the coefficients to be non-negative.
+    random_state : int, Generator or None
+        Seeds the coordinate order when ``selection="random"``.
+    selection : {"cyclic", "random"}, default="cyclic"
+        Visit the coordinates in order, or in a fresh random order each sweep.
 
     Attributes
     ----------
@@ -186,7 +206,8 @@ class Lasso(RegressorMixin, BaseEstimator):
     n_iter_ : int
         Sweeps run (the most over targets).
     dual_gap_ : float
-        Final duality gap (in the ``½‖·‖² + nα‖w‖₁`` scale).
+        Final duality gap of scikit-learn's objective
+        ``(1/(2n))‖y − Xw − b‖² + α‖w‖₁`` (the most over targets).
     n_features_in_ : int
 
     Notes
@@ -216,6 +237,11 @@ class Lasso(RegressorMixin, BaseEstimator):
         "max_iter": [Interval(Integral, 1, None)],
         "tol": [Interval(Real, 0, None, closed="left")],
         "warm_start": ["boolean"],
+        "precompute": ["boolean", "array-like"],
+        "copy_X": ["boolean"],
+        "positive": ["boolean"],
+        "random_state": ["random_state"],
+        "selection": [Options("cyclic", "random")],
     }
     _xpml_tags = {"multi_output": True}
 
@@ -224,15 +250,25 @@ class Lasso(RegressorMixin, BaseEstimator):
         alpha=1.0,
         *,
         fit_intercept=True,
+        precompute=False,
+        copy_X=True,
         max_iter=1000,
         tol=1e-4,
         warm_start=False,
+        positive=False,
+        random_state=None,
+        selection="cyclic",
     ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
+        self.precompute = precompute
+        self.copy_X = copy_X
         self.max_iter = max_iter
         self.tol = tol
         self.warm_start = warm_start
+        self.positive = positive
+        self.random_state = random_state
+        self.selection = selection
 
     def fit(self, X, y, sample_weight=None):
         """Fit by coordinate descent; returns self."""
@@ -248,6 +284,11 @@ class Lasso(RegressorMixin, BaseEstimator):
         targets = [ys] if len(y.shape) == 1 else [ys[:, t] for t in range(y.shape[1])]
         prev = getattr(self, "coef_", None) if self.warm_start else None
         coefs, gaps, iters = [], [], []
+        rng = (
+            check_random_state(self.random_state)
+            if self.selection == "random"
+            else None
+        )
         for t, yt in enumerate(targets):
             w0 = xp.zeros((d,), dtype=X.dtype, device=ctx.device)
             if prev is not None and tuple(prev.shape) == (
@@ -263,6 +304,8 @@ class Lasso(RegressorMixin, BaseEstimator):
                 xp=xp,
                 max_iter=self.max_iter,
                 tol=self.tol,
+                positive=self.positive,
+                rng=rng,
             )
             if gap > tol_scaled:
                 warnings.warn(
@@ -278,7 +321,8 @@ class Lasso(RegressorMixin, BaseEstimator):
         self.coef_ = W
         self.intercept_ = y_off - (x_off @ W if len(y.shape) == 1 else W @ x_off)
         self.n_iter_ = int(max(iters))
-        self.dual_gap_ = float(max(gaps))
+        # scikit-learn reports the gap of the mean objective (1/(2n))‖·‖² + α‖w‖₁
+        self.dual_gap_ = float(max(gaps)) / n
         return self._fitted(ctx)
 
     def predict(self, X):

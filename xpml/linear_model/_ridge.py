@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
+import numpy as np
+
+from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import (
     block_rows,
@@ -19,6 +22,53 @@ from xpml.utils._param_validation import Interval, Options
 __all__ = ["Ridge", "SOLVERS"]
 
 SOLVERS = ("auto", "primal", "dual", "svd")
+# scikit-learn's solver names. They all solve the same strictly convex problem
+# (exactly, or iteratively to ``tol``); xpml answers each with an exact method:
+# "svd" by the thin SVD, the others by the normal equations ("primal" when
+# n ≥ d, "dual" otherwise), which agree with scikit-learn's to its tolerance.
+# "lbfgs" is scikit-learn's solver for ``positive=True``: projected coordinate
+# descent on the Gram matrix here.
+SKLEARN_SOLVERS = ("cholesky", "lsqr", "sparse_cg", "sag", "saga", "lbfgs")
+
+
+def _positive_cd(H, c, /, *, xp, max_iter, tol):
+    """Minimise ``½wᵀHw − cᵀw`` over ``w ≥ 0`` (``H`` SPD, ``c`` (d,)) by
+    projected coordinate descent; one host sync per sweep. Returns
+    ``(w, sweeps)``."""
+    d = H.shape[0]
+    diag = to_numpy(xp.linalg.diagonal(H)).tolist() if d else []  # one sync
+    w = [xp.zeros((), dtype=H.dtype, device=_device(H)) for _ in range(d)]
+    g = -c  # gradient Hw − c at w = 0
+    zero = w[0] if d else None
+    it = 0
+    for it in range(1, max_iter + 1):
+        dw = zero
+        for j in range(d):
+            if diag[j] <= 0:
+                continue
+            new = xp.maximum(w[j] - g[j] / diag[j], zero)
+            delta = new - w[j]
+            g = g + delta * H[:, j]
+            w[j] = new
+            dw = xp.maximum(dw, xp.abs(delta))
+        wv = xp.stack(w) if d else c
+        top = float(xp.max(xp.abs(wv))) if d else 0.0  # one sync per sweep
+        if not d or float(dw) <= tol * max(top, 1e-300):
+            break
+    return (xp.stack(w) if d else xp.zeros_like(c)), it
+
+
+def _alphas(alpha, n_targets):
+    """``alpha`` as a host float array of length ``n_targets`` (or one)."""
+    a = np.asarray(alpha, dtype=np.float64).reshape(-1)
+    if a.shape[0] not in (1, n_targets):
+        raise ValueError(
+            f"Number of targets and number of penalties do not correspond: "
+            f"{a.shape[0]} != {n_targets}"
+        )
+    if np.any(a < 0) or not np.all(np.isfinite(a)):
+        raise ValueError(f"alpha must be non-negative and finite, got {alpha!r}")
+    return a
 
 
 def _eye(m, X, xp):
@@ -97,10 +147,29 @@ class Ridge(RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    alpha : float, default=1.0
-        Penalty strength ``α ≥ 0``.
+    alpha : float or array (n_targets,), default=1.0
+        Penalty strength ``α ≥ 0``; one per target when an array.
     fit_intercept : bool, default=True
-    solver : {"auto", "primal", "dual", "svd"}, default="auto"
+    copy_X : bool, default=True
+        Accepted for scikit-learn compatibility: ``X`` is never modified.
+    max_iter : int or None, default=None
+        Sweeps of the ``positive=True`` solver (None: 15000); the exact
+        solvers ignore it.
+    tol : float, default=1e-4
+        Accepted; the exact solvers need none. ``positive=True`` stops when a
+        sweep moves no coefficient by more than ``min(tol, 1e-8)`` times the
+        largest one.
+    positive : bool, default=False
+        Constrain the slopes to be non-negative (solver "auto" or "lbfgs").
+    random_state : int, Generator or None
+        Accepted for scikit-learn compatibility (unused: no solver here is
+        random).
+    solver : {"auto", "primal", "dual", "svd", "cholesky", "lsqr", \
+"sparse_cg", "sag", "saga", "lbfgs"}, default="auto"
+        scikit-learn's names are accepted with the same meaning: all solve the
+        same problem; "cholesky", "lsqr", "sparse_cg", "sag" and "saga" are
+        answered exactly like "auto", and "lbfgs" (only with
+        ``positive=True``) by projected coordinate descent.
         ``"primal"`` solves the ``d × d`` system ``(XᵀX + αI)w = Xᵀy``;
         ``"dual"`` the ``n × n`` system ``(XXᵀ + αI)a = y`` with ``w = Xᵀa``;
         ``"svd"`` uses the thin SVD. ``"auto"``: primal when ``n ≥ d``, dual
@@ -114,6 +183,8 @@ class Ridge(RegressorMixin, BaseEstimator):
     intercept_ : float array () or (n_targets,)
     solver_ : str
         The solver used (``"auto"`` resolved).
+    n_iter_ : None or int array (n_targets,)
+        Sweeps of the ``positive=True`` solver; None for the exact solvers.
     n_features_in_ : int
 
     Notes
@@ -136,38 +207,124 @@ class Ridge(RegressorMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "alpha": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "fit_intercept": ["boolean"],
-        "solver": [Options(*SOLVERS)],
+        "copy_X": ["boolean"],
+        "max_iter": [None, Interval(Integral, 1, None)],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "solver": [Options(*SOLVERS, *SKLEARN_SOLVERS)],
+        "positive": ["boolean"],
+        "random_state": ["random_state"],
     }
     _xpml_tags = {"multi_output": True}
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        fit_intercept=True,
+        copy_X=True,
+        max_iter=None,
+        tol=1e-4,
+        solver="auto",
+        positive=False,
+        random_state=None,
+    ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
+        self.copy_X = copy_X
+        self.max_iter = max_iter
+        self.tol = tol
         self.solver = solver
+        self.positive = positive
+        self.random_state = random_state
+
+    def _check_solver(self):
+        """scikit-learn's pairing rules of ``solver`` and ``positive``."""
+        if self.positive and self.solver not in ("auto", "lbfgs"):
+            raise ValueError(
+                f"solver='{self.solver}' does not support positive fitting. Please "
+                "set the solver to 'auto' or 'lbfgs', or set `positive=False`"
+            )
+        if self.solver == "lbfgs" and not self.positive:
+            raise ValueError(
+                "'lbfgs' solver can be used only when positive=True. "
+                "Please use another solver."
+            )
+
+    def _pick_solver(self, n, d, alpha):
+        solver = self.solver
+        if solver in ("auto", "cholesky", "lsqr", "sparse_cg", "sag", "saga"):
+            solver = "primal" if n >= d else "dual"
+        if solver == "dual" and not alpha:  # XXᵀ singular: minimum-norm by SVD
+            solver = "svd"
+        return solver
 
     def fit(self, X, y, sample_weight=None):
-        """Fit the ridge coefficients; returns self."""
+        """Fit the ridge coefficients; returns self. ``X`` is never modified."""
         weighted = sample_weight is not None
+        self._validate_params()
+        self._check_solver()
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
         n, d = X.shape
-        solver = (
-            self.solver if self.solver != "auto" else ("primal" if n >= d else "dual")
-        )
-        alpha = float(self.alpha)
-        if solver == "dual" and not alpha:  # XXᵀ singular: minimum-norm by SVD
-            solver = "svd"
+        alphas = _alphas(self.alpha, 1 if len(y.shape) == 1 else int(y.shape[1]))
         owner = type(self).__name__
-        with linalg_errors(X, xp=xp, what="solve", owner=owner):
-            coef, x_off, y_off = self._solve(X, y, sw, solver, alpha, xp=xp, w=weighted)
+        self.n_iter_ = None
+        if self.positive:
+            coef, x_off, y_off = self._solve_positive(
+                X, y, sw, alphas, xp=xp, w=weighted
+            )
+            solver = "lbfgs"
+        elif alphas.shape[0] > 1:  # one penalty per target: one solve per target
+            solver = self._pick_solver(n, d, float(np.min(alphas)))
+            cols = []
+            for t, a in enumerate(alphas.tolist()):
+                with linalg_errors(X, xp=xp, what="solve", owner=owner):
+                    c, x_off, yo = self._solve(
+                        X, y[:, t], sw, solver, a, xp=xp, w=weighted
+                    )
+                cols.append((c, yo))
+            coef = xp.stack([c for c, _ in cols], axis=1)
+            y_off = xp.stack([yo for _, yo in cols])
+        else:
+            alpha = float(alphas[0])
+            solver = self._pick_solver(n, d, alpha)
+            with linalg_errors(X, xp=xp, what="solve", owner=owner):
+                coef, x_off, y_off = self._solve(
+                    X, y, sw, solver, alpha, xp=xp, w=weighted
+                )
         if solver == "svd":  # the other solvers checked their solve already
             check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef
         self.solver_ = solver
         return self._fitted(ctx)
+
+    def _solve_positive(self, X, y, sw, alphas, /, *, xp, w):
+        """Non-negative ridge: projected coordinate descent on the centred Gram
+        matrix, one target at a time. Returns ``(coef, x̄, ȳ)``."""
+        x_off, y_off = _weighted_means(
+            X, y, sw if w else None, xp=xp, fit_intercept=self.fit_intercept
+        )
+        G, c = _centred_normal_equations(
+            X, y, x_off, y_off, xp.sqrt(sw) if w else None, xp=xp
+        )
+        d = X.shape[1]
+        max_iter = self.max_iter if self.max_iter is not None else 15000
+        tol = min(float(self.tol), 1e-8)
+        cols, iters = [], []
+        for t in range(1 if len(y.shape) == 1 else int(y.shape[1])):
+            a = float(alphas[min(t, alphas.shape[0] - 1)])
+            ct = c if len(y.shape) == 1 else c[:, t]
+            wt, it = _positive_cd(
+                G + a * _eye(d, X, xp), ct, xp=xp, max_iter=max_iter, tol=tol
+            )
+            cols.append(wt)
+            iters.append(it)
+        coef = cols[0] if len(y.shape) == 1 else xp.stack(cols, axis=1)
+        self.n_iter_ = np.asarray(iters, dtype=np.int32)
+        return coef, x_off, y_off
 
     def _solve(self, X, y, sw, solver, alpha, /, *, xp, w):
         """``(coef, x̄, ȳ)`` by ``solver``; ``w``: sample weights were given."""
