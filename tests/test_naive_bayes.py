@@ -170,3 +170,58 @@ def test_gaussian_nb_var_smoothing_as_sklearn(cancer):
 def test_multinomial_nb_rejects_negative_counts():
     with pytest.raises(ValueError, match="Negative values"):
         MultinomialNB().fit(np.array([[1.0, -1.0], [0.0, 2.0]]), np.array([0, 1]))
+
+
+@pytest.mark.parametrize("name", ["MultinomialNB", "BernoulliNB", "GaussianNB"])
+def test_partial_fit_in_batches_equals_sklearn_fit(xp, digits, name):
+    """Two partial_fit batches (the first missing classes) give scikit-learn's
+    single fit: counts add, Gaussian moments pool (Chan et al.)."""
+    X, y = digits
+    X, y = X[:600], y[:600]
+    w = np.random.default_rng(0).uniform(0.5, 2.0, y.shape[0])
+    ours = getattr(__import__("xpml.naive_bayes").naive_bayes, name)()
+    first = y < 5  # the first batch sees only half the classes
+    for rows in (first, ~first):
+        ours.partial_fit(
+            xp.asarray(X[rows]),
+            xp.asarray(y[rows]),
+            classes=np.unique(y),
+            sample_weight=xp.asarray(w[rows]),
+        )
+    ref = getattr(sk, name)().fit(X, y, sample_weight=w)
+    if name == "GaussianNB":  # ε comes from the last batch: compare the moments
+        np.testing.assert_allclose(xp.to_numpy(ours.theta_), ref.theta_, atol=1e-10)
+        np.testing.assert_allclose(
+            xp.to_numpy(ours.var_) - ours.epsilon_,
+            ref.var_ - ref.epsilon_,
+            atol=1e-9,
+        )
+    else:
+        np.testing.assert_allclose(
+            xp.to_numpy(ours.predict_proba(xp.asarray(X))),
+            ref.predict_proba(X),
+            rtol=0,
+            atol=1e-8,
+        )
+    np.testing.assert_allclose(
+        xp.to_numpy(ours.class_count_), ref.class_count_, rtol=1e-12
+    )
+
+
+def test_partial_fit_classes_rules():
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="classes must be passed on the first"):
+        MultinomialNB().partial_fit(X, [0, 1])
+    nb = MultinomialNB().partial_fit(X, [0, 1], classes=[0, 1, 2])
+    with pytest.raises(ValueError, match="not the same as on last call"):
+        nb.partial_fit(X, [0, 1], classes=[0, 1])
+    with pytest.raises(ValueError, match="Number of features"):
+        nb.partial_fit(np.ones((2, 3)), [0, 1])
+
+
+def test_force_alpha_false_clips_alpha_as_sklearn():
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.warns(UserWarning, match="alpha too small"):
+        m = MultinomialNB(alpha=0.0, force_alpha=False).fit(X, [0, 1])
+    ref = sk.MultinomialNB(alpha=0.0, force_alpha=False).fit(X, [0, 1])
+    np.testing.assert_allclose(m.feature_log_prob_, ref.feature_log_prob_)

@@ -17,6 +17,7 @@ self-contradictory; such rows fall back to the class prior: their posterior is
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 
 import numpy as np
@@ -25,8 +26,9 @@ from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import logsumexp
 from xpml.utils._array_api import device as _device
+from xpml.utils._math import encode_labels_against
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import decode_labels
+from xpml.utils.validation import decode_labels, encode_labels
 
 __all__ = ["BernoulliNB", "MultinomialNB", "GaussianNB"]
 
@@ -46,8 +48,8 @@ def _log_prior(class_count, param, fit_prior, /, *, xp):
         )
         if p.shape != (K,):
             raise ValueError(
-                f"class_prior/priors must have one entry per class, shape ({K},); "
-                f"got shape {p.shape}"
+                f"Number of priors must match number of classes: class_prior/priors "
+                f"needs shape ({K},); got shape {p.shape}"
             )
         if np.any(p < 0) or p.sum() <= 0:
             raise ValueError(
@@ -92,6 +94,69 @@ def _posterior_log(jll, log_prior, /, *, xp):
     return jll - logsumexp(jll, xp=xp, axis=1), jll
 
 
+def _first_call(est, classes):
+    """scikit-learn's rule for ``partial_fit``'s ``classes``: required on the first
+    call (it sets ``classes_``), equal to ``classes_`` afterwards. True on the first."""
+    if classes is not None:
+        wanted, _ = encode_labels(classes, name="classes", min_classes=1)
+        if getattr(est, "classes_", None) is not None:
+            old, new = to_numpy(est.classes_), to_numpy(wanted)
+            if old.shape != new.shape or not np.all(old == new):
+                raise ValueError(
+                    f"`classes={new.tolist()!r}` is not the same as on last call "
+                    f"to partial_fit, was: {old.tolist()!r}"
+                )
+            return False
+        est.classes_ = wanted
+        return True
+    if getattr(est, "classes_", None) is None:
+        raise ValueError("classes must be passed on the first call to partial_fit.")
+    return False
+
+
+def _validate_partial(est, X, y, classes, sample_weight):
+    """``partial_fit``'s validation: ``(ctx, X, codes, sample_weight, first)``,
+    the codes taken against ``classes_`` (a batch may hold any subset of it)."""
+    first = _first_call(est, classes)
+    n_prev = None if first else est.n_features_in_
+    ctx, X, y, sw = est._validate_fit_data(X, y, sample_weight, target="none")
+    xp = ctx.xp
+    if n_prev is not None and X.shape[1] != n_prev:
+        raise ValueError(
+            f"Number of features {X.shape[1]} does not match previous data "
+            f"{n_prev} (X has {X.shape[1]} columns)"
+        )
+    if sw is None:
+        sw = xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device)
+    codes = encode_labels_against(est.classes_, y, xp=xp)
+    return ctx, X, codes, sw, first
+
+
+def _check_alpha(alpha, force_alpha, d, /):
+    """``alpha`` as a float64 NumPy scalar or (d,) array, scikit-learn's checks:
+    non-negative, one entry per feature; below 1e-10 raised to 1e-10 (with a
+    warning) unless ``force_alpha``."""
+    a = np.asarray(
+        to_numpy(alpha) if hasattr(alpha, "shape") else alpha, dtype=np.float64
+    )
+    if a.ndim and a.shape != (d,):
+        raise ValueError(
+            f"When alpha is an array, it should contains `n_features`. "
+            f"Got {a.size} elements instead of {d}."
+        )
+    if np.any(a < 0):
+        raise ValueError("All values in alpha must be greater than 0.")
+    if np.any(a < 1e-10) and not force_alpha:
+        warnings.warn(
+            "alpha too small will result in numeric errors, setting alpha = 1.0e-10. "
+            "Use `force_alpha=True` to keep alpha unchanged.",
+            UserWarning,
+            stacklevel=3,
+        )
+        a = np.maximum(a, 1e-10)
+    return a
+
+
 class _BaseNB(ClassifierMixin, BaseEstimator):
     """Shared predict / predict_proba from a joint log-likelihood."""
 
@@ -129,25 +194,45 @@ class _BaseNB(ClassifierMixin, BaseEstimator):
 
 class _DiscreteNB(_BaseNB):
     _parameter_constraints = {
-        "alpha": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
+        "force_alpha": ["boolean"],
         "class_prior": [None, "array-like"],
         "fit_prior": ["boolean"],
     }
 
-    def _counts(self, X, y, sample_weight):
-        ctx, X, codes, sw = self._validate_fit_data(
-            X, y, sample_weight, target="classes"
-        )
+    def _alpha(self, like, /, *, xp):
+        """The smoothing ``α`` (scalar or (d,)) as an array like ``like``."""
+        a = _check_alpha(self.alpha, self.force_alpha, like.shape[1])
+        return xp.asarray(a, dtype=like.dtype, device=_device(like))
+
+    def _accumulate(self, ctx, X, codes, sw, first):
+        """Add the batch's counts (to zero on the first call) and re-smooth."""
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         X = self._prepare(X, xp=xp)
         Y = _onehot(codes, K, X.dtype, xp=xp) * sw[:, None]
-        self.class_count_ = xp.sum(Y, axis=0)
-        self.feature_count_ = Y.T @ X
+        class_count, feature_count = xp.sum(Y, axis=0), Y.T @ X
+        if not first:
+            class_count = class_count + ctx.take(self.class_count_)
+            feature_count = feature_count + ctx.take(self.feature_count_)
+        self.class_count_, self.feature_count_ = class_count, feature_count
         self.class_log_prior_ = _log_prior(
-            self.class_count_, self.class_prior, self.fit_prior, xp=xp
+            class_count, self.class_prior, self.fit_prior, xp=xp
         )
-        return ctx, xp
+        self._smooth(xp=xp)
+        return self._fitted(ctx)
+
+    def fit(self, X, y, sample_weight=None):
+        """Count features per class and smooth; returns self."""
+        ctx, X, codes, sw = self._validate_fit_data(
+            X, y, sample_weight, target="classes"
+        )
+        return self._accumulate(ctx, X, codes, sw, True)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add one batch's counts (``classes``: every label, needed on the first
+        call); returns self. Equivalent to ``fit`` on all batches together."""
+        return self._accumulate(*_validate_partial(self, X, y, classes, sample_weight))
 
 
 class MultinomialNB(_DiscreteNB):
@@ -185,8 +270,11 @@ class MultinomialNB(_DiscreteNB):
 
     _xpml_tags = {"data": "counts", "poor_score": True, "positive_only": True}
 
-    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None):
+    def __init__(
+        self, *, alpha=1.0, force_alpha=True, fit_prior=True, class_prior=None
+    ):
         self.alpha = alpha
+        self.force_alpha = force_alpha
         self.fit_prior = fit_prior
         self.class_prior = class_prior
 
@@ -199,13 +287,10 @@ class MultinomialNB(_DiscreteNB):
             )
         return X
 
-    def fit(self, X, y, sample_weight=None):
-        """Count features per class and smooth; returns self."""
-        ctx, xp = self._counts(X, y, sample_weight)
-        fc = self.feature_count_ + float(self.alpha)
+    def _smooth(self, *, xp):
+        fc = self.feature_count_ + self._alpha(self.feature_count_, xp=xp)
         total = xp.sum(fc, axis=1, keepdims=True) + xp.zeros_like(fc)
         self.feature_log_prob_ = _log_ratio(fc, total, xp=xp)
-        return self._fitted(ctx)
 
     def _joint_log_likelihood(self, X, ctx):
         xp = ctx.xp
@@ -254,8 +339,17 @@ class BernoulliNB(_DiscreteNB):
     }
     _xpml_tags = {"poor_score": True}
 
-    def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None):
+    def __init__(
+        self,
+        *,
+        alpha=1.0,
+        force_alpha=True,
+        binarize=0.0,
+        fit_prior=True,
+        class_prior=None,
+    ):
         self.alpha = alpha
+        self.force_alpha = force_alpha
         self.binarize = binarize
         self.fit_prior = fit_prior
         self.class_prior = class_prior
@@ -265,10 +359,8 @@ class BernoulliNB(_DiscreteNB):
             return X
         return xp.astype(X > float(self.binarize), X.dtype)
 
-    def fit(self, X, y, sample_weight=None):
-        """Count present features per class and smooth; returns self."""
-        ctx, xp = self._counts(X, y, sample_weight)
-        a = float(self.alpha)
+    def _smooth(self, *, xp):
+        a = self._alpha(self.feature_count_, xp=xp)
         num = self.feature_count_ + a
         den = self.class_count_[:, None] + 2.0 * a
         den = den + xp.zeros_like(num)
@@ -276,7 +368,6 @@ class BernoulliNB(_DiscreteNB):
         self._state_log_neg = _log_ratio(
             den - num, den, xp=xp
         )  # log(1 − p), exact at p = 1
-        return self._fitted(ctx)
 
     def _joint_log_likelihood(self, X, ctx):
         xp = ctx.xp
@@ -334,32 +425,60 @@ class GaussianNB(_BaseNB):
         ctx, X, codes, sw = self._validate_fit_data(
             X, y, sample_weight, target="classes"
         )
+        return self._accumulate(ctx, X, codes, sw, True)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Update the class means and variances with one batch (Chan et al.'s
+        pooled update; ``classes`` needed on the first call); returns self."""
+        return self._accumulate(*_validate_partial(self, X, y, classes, sample_weight))
+
+    def _accumulate(self, ctx, X, codes, sw, first):
         xp = ctx.xp
         K = int(self.classes_.shape[0])
         eps = float(self.var_smoothing) * float(xp.max(xp.var(X, axis=0)))
-        Y = _onehot(codes, K, X.dtype, xp=xp) * sw[:, None]
-        count = xp.sum(Y, axis=0)
-        if int(xp.sum(xp.astype(count > 0, xp.int64))) < 2:
-            raise ValueError(
-                "only one class has a positive total sample weight; at least "
-                "two classes are needed"
-            )
-        safe = xp.where(count > 0, count, xp.ones_like(count))
-        theta = (Y.T @ X) / safe[:, None]
-        var = xp.stack(
-            [
-                xp.sum(Y[:, k][:, None] * (X - theta[k, :]) ** 2, axis=0) / safe[k]
-                for k in range(K)
-            ],
-            axis=0,
-        )
-        self.class_count_ = count
-        self.theta_ = theta
-        self.var_ = var + eps
-        self.epsilon_ = eps
-        self.class_log_prior_ = _log_prior(count, self.priors, True, xp=xp)
+        onehot = _onehot(codes, K, X.dtype, xp=xp)
+        W = onehot * sw[:, None]
+        n_b = xp.sum(W, axis=0)
+        safe = xp.where(n_b > 0, n_b, xp.ones_like(n_b))[:, None]
+        mu_b = (W.T @ X) / safe
+        Xc = X - onehot @ mu_b  # each row minus its class's mean
+        var_b = (W.T @ (Xc * Xc)) / safe
+        if first:
+            n, mu, var = n_b, mu_b, var_b
+        else:
+            n0, mu0 = ctx.take(self.class_count_), ctx.take(self.theta_)
+            var0 = ctx.take(self.var_) - self.epsilon_
+            n = n0 + n_b
+            tot = xp.where(n > 0, n, xp.ones_like(n))[:, None]
+            mu = (n0[:, None] * mu0 + n_b[:, None] * mu_b) / tot
+            ssd = n0[:, None] * var0 + n_b[:, None] * var_b
+            var = (ssd + (n0[:, None] * n_b[:, None] / tot) * (mu_b - mu0) ** 2) / tot
+        self.class_count_, self.theta_ = n, mu
+        self.var_, self.epsilon_ = var + eps, eps
+        self.class_log_prior_ = _log_prior(n, self._checked_priors(K), True, xp=xp)
         self.class_prior_ = xp.exp(self.class_log_prior_)
         return self._fitted(ctx)
+
+    def _checked_priors(self, K):
+        """``priors`` checked as scikit-learn: one per class, non-negative, sum 1."""
+        if self.priors is None:
+            return None
+        p = np.asarray(
+            to_numpy(self.priors) if hasattr(self.priors, "shape") else self.priors,
+            dtype=np.float64,
+        )
+        if p.shape != (K,):
+            raise ValueError(
+                f"Number of priors must match number of classes: priors has shape "
+                f"{p.shape}, there are {K} classes"
+            )
+        if not np.isclose(p.sum(), 1.0):
+            raise ValueError(
+                f"The sum of the priors should be 1 (priors sum to {p.sum()})"
+            )
+        if np.any(p < 0):
+            raise ValueError(f"Priors must be non-negative; got {p.tolist()}")
+        return p
 
     def _joint_log_likelihood(self, X, ctx):
         xp = ctx.xp
