@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import array_api_compat
-
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.kernels import sq_norms
@@ -38,6 +36,7 @@ from xpml.neighbors._search import (
     exhaustive_kneighbors,
     kd_tree_kneighbors,
 )
+from xpml.utils._array_api import device
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_is_fitted, decode_labels
 
@@ -52,9 +51,7 @@ def _neighbor_weights(dist, weights, /, *, xp):
     weight exactly their zero-distance neighbours, as scikit-learn does), or a
     user callable on the distance array."""
     if weights == "uniform":
-        return xp.ones(
-            dist.shape, dtype=dist.dtype, device=array_api_compat.device(dist)
-        )
+        return xp.ones(dist.shape, dtype=dist.dtype, device=device(dist))
     if weights == "distance":
         zero = dist == 0
         any_zero = xp.any(zero, axis=1, keepdims=True)

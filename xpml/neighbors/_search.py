@@ -27,32 +27,38 @@ the k-th distance).
 The k-d tree (:func:`build_kd_tree`, :func:`kd_tree_kneighbors`) is a CPU-only
 algorithm written on host NumPy: data from any backend is copied to the host and
 the answer copied back. Leaves are built by median splits on the widest
-dimension; a query visits leaves in increasing order of the squared distance to
-their bounding box (best-bin-first, vectorised over queries) and stops when the
-next box is farther than its current k-th neighbour, so the answer is exact and
-follows the same tie rule. The boxes are ranked flat (every leaf box for every
-query, O(n_queries · n_leaves · d)) rather than by descending the tree: simple
-and vectorised, but several times slower than scikit-learn's compiled tree. With ``max_leaves`` it stops after that many leaves
-(once it holds ``k`` candidates): the approximate mode.
+dimension. The exact search descends all queries at once to the leaf each falls
+in, sorts them by it and takes them in small batches: a batch's radius is
+bounded by its queries' k-th distances among the leaves touching its bounding
+box, and the batch is searched exhaustively (vectorised over the batch) among
+the points of every leaf within that radius; so the answer is exact and follows
+the same tie rule. It remains several times slower than scikit-learn's compiled
+tree (a batch shares one radius, so it scans more points than a per-query
+descent). With ``max_leaves`` each query visits leaves best-bin-first and stops
+after that many (once it holds ``k`` candidates): the approximate mode.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 
-import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.kernels import (
-    DEFAULT_MEMORY_BUDGET,
     block_rows_for,
     point_factor,
     query_factor,
     sq_norms,
 )
-from xpml.linalg import _single_threaded_blas
+from xpml.linalg import host_threads, map_row_blocks
+from xpml.utils._array_api import (
+    device,
+    is_numpy_namespace,
+    is_torch_namespace,
+    itemsize,
+    memory_budget,
+)
 
 __all__ = [
     "topk_smallest",
@@ -65,23 +71,15 @@ __all__ = [
 _MIN_BLOCK_ROWS = (
     64  # below this many query rows per block, the training set is split too
 )
-_CPU_BLOCK_BYTES = (
-    64 * 2**20
-)  # NumPy: per thread (measured: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s at n=20k)
-_MAX_THREADS = 8
-
-
-def _device(x):
-    return array_api_compat.device(x)
 
 
 # ------------------------------------------------------------------------ top-k
 def _partition_positions(D, k, /, *, xp):
     """Column positions of *some* ``k`` smallest entries per row (order and ties
     unspecified) with the backend's partition; None where it has none."""
-    if array_api_compat.is_numpy_namespace(xp):
+    if is_numpy_namespace(xp):
         return np.argpartition(D, k - 1, axis=1)[:, :k]
-    if array_api_compat.is_torch_namespace(xp):
+    if is_torch_namespace(xp):
         import torch
 
         return torch.topk(D, k, dim=1, largest=False, sorted=False).indices
@@ -106,7 +104,7 @@ def _topk_by_partition(D, k, /, *, xp):
         )
         rank = xp.cumulative_sum(xp.astype(tied, xp.int64)) - 1
         row_map = xp.where(
-            tied, b + rank, xp.arange(b, dtype=xp.int64, device=_device(D))
+            tied, b + rank, xp.arange(b, dtype=xp.int64, device=device(D))
         )
         pos = xp.take(xp.concat([pos, fixed], axis=0), row_map, axis=0)
     pos = xp.sort(pos, axis=1)
@@ -133,7 +131,7 @@ def _topk_by_threshold(D, k, /, *, xp):
     each row kept.
     """
     b, m = D.shape
-    dev = _device(D)
+    dev = device(D)
     s = max(1, min(256, m // max(2 * k, 1)))
     g = m // s
     rem = m - g * s
@@ -206,9 +204,7 @@ def topk_smallest(D, k, /, *, xp, method="auto"):
         if k >= m or m < 16 * k:
             method = "sort"
         else:
-            method = (
-                "partition" if array_api_compat.is_torch_namespace(xp) else "threshold"
-            )
+            method = "partition" if is_torch_namespace(xp) else "threshold"
     if method == "sort" or k >= m:
         return _topk_by_sort(D, k, xp=xp)
     if method == "threshold":
@@ -218,8 +214,65 @@ def topk_smallest(D, k, /, *, xp, method="auto"):
     raise ValueError(f"method must be one of {TOPK_METHODS}; got {method!r}")
 
 
-def _itemsize(X):
-    return 4 if "32" in str(X.dtype) else 8
+_NUMPY_TILE_BYTES = 64 * 2**20
+"""NumPy: distance-block workspace per thread for the exhaustive search
+(measured at n = 20k on 2 cores: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s), never
+above the memory budget's share of the thread."""
+
+
+@dataclasses.dataclass
+class _Tiling:
+    """Query rows and training columns per distance block."""
+
+    rows: int
+    cols: int
+
+
+def _tiling(n_q, X, k, /, *, xp, block_rows=None, block_cols=None, budget=None):
+    """Block sizes: the query rows follow the memory budget (per host thread on
+    NumPy, where blocks run on a thread pool), and the training set is split only
+    when fewer than ``_MIN_BLOCK_ROWS`` query rows would fit."""
+    n, d = X.shape
+    size = itemsize(X.dtype, xp)
+    threads = host_threads(xp)
+    per_thread = memory_budget(budget) / threads
+    if budget is None and is_numpy_namespace(xp):
+        per_thread = min(per_thread, _NUMPY_TILE_BYTES)
+    if block_cols is None:
+        max_cols = int(per_thread // (size * 3 * _MIN_BLOCK_ROWS))
+        block_cols = n if n <= max_cols else max(max_cols, k)
+    cols = int(block_cols)
+    rows = block_rows_for(
+        min(cols, n),
+        d,
+        size,
+        kernel="linear",
+        memory_budget=per_thread,
+        block_rows=block_rows,
+    )
+    return _Tiling(rows, cols)
+
+
+def _search_block(Qb, X, Xf, k, tiling, /, *, xp, topk):
+    """The k nearest training rows of a block of queries: top-k of each column
+    block's ranking scores ``‖x‖² − 2q·x``, merged, then measured exactly."""
+    n = X.shape[0]
+    Qa = query_factor(Qb, xp=xp)
+    cand_d, cand_i = [], []
+    for c0 in range(0, n, tiling.cols):
+        c1 = min(c0 + tiling.cols, n)
+        v, p = topk_smallest(Qa @ Xf[c0:c1, :].T, min(k, c1 - c0), xp=xp, method=topk)
+        cand_d.append(v)
+        cand_i.append(xp.astype(p, xp.int64) + c0)
+    if len(cand_i) == 1:
+        ind = cand_i[0]
+    else:
+        # candidates are grouped by increasing index and sorted by (value, index)
+        # within a group, so a stable sort on values keeps the (value, index) rule
+        V, P = xp.concat(cand_d, axis=1), xp.concat(cand_i, axis=1)
+        _, p = topk_smallest(V, k, xp=xp, method="sort")
+        ind = xp.take_along_axis(P, p, axis=1)
+    return _refine(Qb, X, ind, xp=xp)
 
 
 def exhaustive_kneighbors(
@@ -249,11 +302,10 @@ def exhaustive_kneighbors(
         Tile sizes; by default the query rows follow ``memory_budget`` and the
         training set is split only when fewer than 64 query rows would fit.
     memory_budget : float, optional
-        Bytes of distance-block workspace. Default: the Gram engine's budget;
-        on NumPy 64 MiB per CPU thread (measured fastest on 2 cores), and
-        the row blocks are spread over a thread pool (NumPy
-        releases the GIL; BLAS limited to one thread meanwhile, through
-        threadpoolctl when it is installed, else no pool).
+        Bytes of distance-block workspace. Default:
+        :func:`xpml.utils._array_api.memory_budget`, on NumPy at most
+        ``_NUMPY_TILE_BYTES`` per CPU thread, the row blocks spread over a
+        thread pool (:func:`xpml.linalg.map_row_blocks`).
     topk : {"auto", "threshold", "partition", "sort"}
         The per-block selection (see :func:`topk_smallest`); all give the same
         neighbours.
@@ -267,65 +319,26 @@ def exhaustive_kneighbors(
     indices : array (n_queries, k), int64
         Training indices, ordered by (distance, index).
     """
-    n_q, d = Q.shape
-    n = X.shape[0]
-    size = _itemsize(X)
-    host = array_api_compat.is_numpy_namespace(xp)
-    threads = min(os.cpu_count() or 1, _MAX_THREADS) if host else 1
-    if memory_budget is None and host:
-        # on the CPU, blocks that stay in cache beat big ones; one per thread
-        memory_budget = _CPU_BLOCK_BYTES * threads
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    budget = budget / threads
+    n_q = Q.shape[0]
+    tiling = _tiling(
+        n_q,
+        X,
+        k,
+        xp=xp,
+        block_rows=block_rows,
+        block_cols=block_cols,
+        budget=memory_budget,
+    )
     if X_norms is None:
         X_norms = sq_norms(X, xp=xp)
-    if block_cols is None:
-        max_cols = int(budget // (size * 3 * _MIN_BLOCK_ROWS))
-        block_cols = n if n <= max_cols else max(max_cols, k)
-    block_cols = int(block_cols)
-    rows = block_rows_for(
-        min(block_cols, n),
-        d,
-        size,
-        kernel="linear",
-        memory_budget=budget,
-        block_rows=block_rows,
-    )
-    col_starts = list(range(0, n, block_cols))
-
     # rank by ‖x‖² − 2q·x (the distance less ‖q‖²): one product per block, no clamp;
     # the k selected are then measured exactly by _refine
     Xf = point_factor(X, xp=xp, Z_norms=X_norms)
 
-    def row_block(r0):
-        Qb = Q[r0 : min(r0 + rows, n_q), :]
-        Qa = query_factor(Qb, xp=xp)
-        cand_d, cand_i = [], []
-        for c0 in col_starts:
-            c1 = min(c0 + block_cols, n)
-            D = Qa @ Xf[c0:c1, :].T
-            v, p = topk_smallest(D, min(k, c1 - c0), xp=xp, method=topk)
-            cand_d.append(v)
-            cand_i.append(xp.astype(p, xp.int64) + c0)
-        if len(col_starts) == 1:
-            ind = cand_i[0]
-        else:
-            # candidates are grouped by increasing index and sorted by (value, index)
-            # within a group, so a stable sort on values keeps the (value, index) rule
-            V, P = xp.concat(cand_d, axis=1), xp.concat(cand_i, axis=1)
-            _, p = topk_smallest(V, k, xp=xp, method="sort")
-            ind = xp.take_along_axis(P, p, axis=1)
-        return _refine(Qb, X, ind, xp=xp)
+    def block(r0, r1):
+        return _search_block(Q[r0:r1, :], X, Xf, k, tiling, xp=xp, topk=topk)
 
-    starts = list(range(0, n_q, rows))
-    limits = _single_threaded_blas(xp) if threads > 1 and len(starts) > 1 else None
-    if limits is not None:
-        # NumPy releases the GIL in its kernels: row blocks run on all cores, each
-        # with a one-thread BLAS (two levels of threads would fight for the cores)
-        with limits, ThreadPoolExecutor(max_workers=threads) as pool:
-            results = list(pool.map(row_block, starts))
-    else:
-        results = [row_block(r0) for r0 in starts]
+    results = map_row_blocks(block, n_q, tiling.rows, xp=xp)
     if len(results) == 1:
         return results[0]
     return (
@@ -357,36 +370,22 @@ def _refine(Qb, X, ind, /, *, xp):
 
 
 # ---------------------------------------------------------------- k-d tree (CPU)
-def build_kd_tree(X, leaf_size):
-    """A k-d tree's leaves over host NumPy data ``X`` (n, d).
+def _split(X, perm, s, e):
+    """Median split of ``perm[s:e]`` (in place) on the dimension of largest
+    spread: ``(dim, value)``, or None when the points cannot be split."""
+    idx = perm[s:e]
+    pts = X[idx]
+    spread = pts.max(axis=0) - pts.min(axis=0)
+    dim = int(np.argmax(spread))
+    if spread[dim] == 0:  # identical points cannot be split
+        return None
+    mid = (e - s) // 2
+    perm[s:e] = idx[np.argpartition(pts[:, dim], mid, kind="introselect")]
+    return dim, float(X[perm[s + mid], dim])
 
-    Median split on the dimension of largest spread until a node holds at most
-    ``leaf_size`` points. Returns a dict of NumPy arrays: ``leaf_points``
-    (n_leaves, leaf_size_max) training indices padded with ``-1``, and the
-    leaves' tight bounding boxes ``lo``, ``hi`` (n_leaves, d).
-    """
-    X = np.asarray(X)
-    n = X.shape[0]
-    perm = np.arange(n)
-    leaves = []
-    stack = [(0, n)]
-    while stack:
-        s, e = stack.pop()
-        if e - s <= leaf_size:
-            leaves.append((s, e))
-            continue
-        idx = perm[s:e]
-        pts = X[idx]
-        spread = pts.max(axis=0) - pts.min(axis=0)
-        dim = int(np.argmax(spread))
-        if spread[dim] == 0:  # identical points cannot be split
-            leaves.append((s, e))
-            continue
-        mid = (e - s) // 2
-        perm[s:e] = idx[np.argpartition(pts[:, dim], mid, kind="introselect")]
-        stack.append((s + mid, e))
-        stack.append((s, s + mid))
-    leaves.sort()
+
+def _leaf_arrays(X, perm, leaves):
+    """Padded point indices and tight bounding boxes of the leaves."""
     width = max(e - s for s, e in leaves)
     leaf_points = np.full((len(leaves), width), -1, dtype=np.int64)
     lo = np.empty((len(leaves), X.shape[1]), dtype=X.dtype)
@@ -396,15 +395,104 @@ def build_kd_tree(X, leaf_size):
         leaf_points[j, : e - s] = ids
         lo[j] = X[ids].min(axis=0)
         hi[j] = X[ids].max(axis=0)
-    return {"leaf_points": leaf_points, "lo": lo, "hi": hi}
+    return leaf_points, lo, hi
 
 
-def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, chunk_elements=2**22):
+def build_kd_tree(X, leaf_size):
+    """A k-d tree over host NumPy data ``X`` (n, d).
+
+    Median split on the dimension of largest spread until a node holds at most
+    ``leaf_size`` points. Returns a dict of NumPy arrays: ``leaf_points``
+    (n_leaves, leaf_size_max) training indices padded with ``-1``, the leaves'
+    tight bounding boxes ``lo``, ``hi`` (n_leaves, d), in tree order (so
+    neighbouring leaves are near in space), and the splits: per node
+    ``split_dim``, ``split_value``, ``child`` (n_nodes, 2) and ``leaf`` (the
+    leaf's number, ``-1`` for an inner node); node 0 is the root.
+    """
+    X = np.asarray(X)
+    perm = np.arange(X.shape[0])
+    nodes = []  # (s, e, dim, value, children)
+    stack = [(0, X.shape[0], -1)]  # (s, e, parent slot)
+    while stack:
+        s, e, parent = stack.pop()
+        me = len(nodes)
+        if parent >= 0:
+            nodes[parent // 2][4][parent % 2] = me
+        cut = _split(X, perm, s, e) if e - s > leaf_size else None
+        nodes.append((s, e, *(cut or (-1, 0.0)), [-1, -1]))
+        if cut is not None:
+            mid = s + (e - s) // 2
+            stack += [(mid, e, 2 * me + 1), (s, mid, 2 * me)]
+    leaves = sorted((s, e) for s, e, dim, _, _ in nodes if dim < 0)
+    number = {span: j for j, span in enumerate(leaves)}
+    leaf_points, lo, hi = _leaf_arrays(X, perm, leaves)
+    return {
+        "leaf_points": leaf_points,
+        "lo": lo,
+        "hi": hi,
+        "split_dim": np.array([nd[2] for nd in nodes], dtype=np.int64),
+        "split_value": np.array([nd[3] for nd in nodes], dtype=X.dtype),
+        "child": np.array([nd[4] for nd in nodes], dtype=np.int64).reshape(-1, 2),
+        "leaf": np.array([number.get(nd[:2], -1) for nd in nodes], dtype=np.int64),
+    }
+
+
+def _home_leaves(tree, Q):
+    """The leaf each query falls in, descending all queries level by level."""
+    node = np.zeros(Q.shape[0], dtype=np.int64)
+    dim, value, child = tree["split_dim"], tree["split_value"], tree["child"]
+    inner = dim[node] >= 0
+    while inner.any():
+        at = node[inner]
+        right = Q[inner, dim[at]] >= value[at]
+        node[inner] = child[at, right.astype(np.int64)]
+        inner = dim[node] >= 0
+    return tree["leaf"][node]
+
+
+def _sq_distances_by_dim(Qb, P):
+    """``‖q − p‖²`` for queries ``Qb`` (b, d) against points ``P`` (m, d), summed
+    one coordinate at a time in the order of :func:`_direct_sq_distances` (so
+    the values are the same); fast for the k-d tree's small d."""
+    d2 = None
+    for j in range(Qb.shape[1]):
+        diff = Qb[:, j, None] - P[None, :, j]
+        d2 = diff * diff if d2 is None else d2 + diff * diff
+    return d2
+
+
+def _batch_radius(tree, X, Qb, k):
+    """An upper bound on every query's k-th squared distance in the batch: the
+    largest k-th distance among the points of the leaves touching the batch's
+    bounding box (∞ when they hold fewer than ``k`` points)."""
+    near = _batch_candidates(tree, Qb, 0.0)
+    if near.shape[0] < k:
+        return np.inf
+    d2 = _sq_distances_by_dim(Qb, X[near])
+    return float(np.partition(d2, k - 1, axis=1)[:, k - 1].max())
+
+
+def _batch_candidates(tree, Qb, radius):
+    """Training indices (increasing) in the leaves whose box is within
+    ``radius`` (squared) of the batch's bounding box: every query's k nearest."""
+    lo, hi = tree["lo"], tree["hi"]
+    gap = np.maximum(lo - Qb.max(axis=0), 0) + np.maximum(Qb.min(axis=0) - hi, 0)
+    near = np.einsum("lj,lj->l", gap, gap) * (1.0 - 1e-12) <= radius
+    ids = tree["leaf_points"][near].reshape(-1)
+    return np.sort(ids[ids >= 0])
+
+
+def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16):
     """k nearest neighbours of host queries ``Q`` in host data ``X`` with a tree
     from :func:`build_kd_tree`.
 
-    Exact when ``max_leaves`` is None; otherwise each query visits at most
-    ``max_leaves`` leaves (more only while it holds fewer than ``k`` candidates).
+    Exact (``max_leaves`` None): queries are sorted by the leaf they fall in
+    and taken in batches of ``batch``; a batch's radius is bounded by its
+    queries' k-th distances within the leaves touching it, every leaf whose box lies
+    within that radius of the batch's bounding box is a candidate, and the
+    batch is searched exhaustively among the candidates' points (vectorised
+    over the batch; one bound test per leaf per batch). With ``max_leaves``:
+    best-bin-first over at most that many leaves per query (approximate).
 
     Returns
     -------
@@ -412,46 +500,61 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, chunk_elements=2**22):
     indices : ndarray (n_queries, k), int64, ordered by (distance, index)
     """
     X, Q = np.asarray(X), np.asarray(Q)
+    if max_leaves is not None:
+        return _best_bin_first(tree, X, Q, k, max_leaves)
+    home = _home_leaves(tree, Q)
+    order = np.argsort(home, kind="stable")
+    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
+    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
+    for b0 in range(0, Q.shape[0], batch):
+        rows = order[b0 : b0 + batch]
+        Qb = Q[rows]
+        radius = _batch_radius(tree, X, Qb, k)
+        cand = _batch_candidates(tree, Qb, radius)
+        d2 = _sq_distances_by_dim(Qb, X[cand])
+        vals, pos = topk_smallest(d2, k, xp=np, method="partition")
+        out_d[rows], out_i[rows] = vals, cand[pos]
+    return out_d, out_i
+
+
+def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22):
+    """Approximate search: each query visits leaves in increasing order of the
+    squared distance to their box, at most ``max_leaves`` of them (more only
+    while it holds fewer than ``k`` candidates)."""
     leaf_points, lo, hi = (np.asarray(tree[key]) for key in ("leaf_points", "lo", "hi"))
-    n_leaves, width = leaf_points.shape
+    n_leaves = leaf_points.shape[0]
     n, d = X.shape
-    n_q = Q.shape[0]
-    sentinel = n  # index of "no neighbour yet" (sorts after every real index)
-    out_d = np.empty((n_q, k), dtype=X.dtype)
-    out_i = np.empty((n_q, k), dtype=np.int64)
+    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
+    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
     chunk = max(1, chunk_elements // max(1, n_leaves * d))
-    limit = n_leaves if max_leaves is None else min(n_leaves, int(max_leaves))
-    for q0 in range(0, n_q, chunk):
+    limit = min(n_leaves, int(max_leaves))
+    for q0 in range(0, Q.shape[0], chunk):
         Qc = Q[q0 : q0 + chunk]
-        c = Qc.shape[0]
         gap = np.maximum(lo[None] - Qc[:, None], 0) + np.maximum(
             Qc[:, None] - hi[None], 0
         )
         bound = np.einsum("clj,clj->cl", gap, gap)
         order = np.argsort(bound, axis=1, kind="stable")
         bound = np.take_along_axis(bound, order, axis=1)
-        best_d = np.full((c, k), np.inf, dtype=X.dtype)
-        best_i = np.full((c, k), sentinel, dtype=np.int64)
-        active = np.arange(c)
+        best_d = np.full((Qc.shape[0], k), np.inf, dtype=X.dtype)
+        best_i = np.full((Qc.shape[0], k), n, dtype=np.int64)  # n: none yet
+        active = np.arange(Qc.shape[0])
         for r in range(n_leaves):
-            if r >= limit:  # approximate mode: only queries still short of k continue
-                active = active[best_i[active, -1] == sentinel]
-            # a box no nearer than the k-th neighbour cannot improve it (margin for
-            # rounding, so an equal-distance point with a smaller index is not lost)
+            if r >= limit:  # only queries still short of k continue
+                active = active[best_i[active, -1] == n]
             active = active[bound[active, r] * (1.0 - 1e-12) <= best_d[active, -1]]
             if active.size == 0:
                 break
             ids = leaf_points[order[active, r]]
             dist = _direct_sq_distances(Qc[active], X[np.maximum(ids, 0)], xp=np)
             dist[ids < 0] = np.inf
-            ids = np.where(ids < 0, sentinel, ids)
             vals = np.concatenate([best_d[active], dist], axis=1)
-            cand = np.concatenate([best_i[active], ids], axis=1)
+            cand = np.concatenate([best_i[active], np.where(ids < 0, n, ids)], axis=1)
             o = np.lexsort((cand, vals), axis=-1)[:, :k]
             best_d[active] = np.take_along_axis(vals, o, axis=1)
             best_i[active] = np.take_along_axis(cand, o, axis=1)
-        out_d[q0 : q0 + c] = best_d
-        out_i[q0 : q0 + c] = best_i
+        out_d[q0 : q0 + Qc.shape[0]] = best_d
+        out_i[q0 : q0 + Qc.shape[0]] = best_i
     return out_d, out_i
 
 
