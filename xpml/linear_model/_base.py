@@ -31,6 +31,7 @@ from xpml.utils._math import (
 )
 
 __all__ = [
+    "SklearnInputMixin",
     "non_finite_error",
     "check_finite_result",
     "linalg_errors",
@@ -231,6 +232,50 @@ def pinv_solve(A, b, /, *, xp, rcond=None):
     Utb = U.T @ b
     coef = Vt.T @ (s_inv[:, None] * Utb if len(b.shape) == 2 else s_inv * Utb)
     return coef, keep, s
+
+
+def _is_scipy_sparse(X):
+    return type(X).__module__.startswith("scipy.sparse")
+
+
+def _scalar_weight(sample_weight):
+    """The float of a scalar ``sample_weight`` (a Python number or a 0-d
+    array), else None."""
+    if isinstance(sample_weight, (int, float, np.number)) and not isinstance(
+        sample_weight, bool
+    ):
+        return float(sample_weight)
+    if getattr(sample_weight, "shape", None) == ():
+        return float(sample_weight)
+    return None
+
+
+class SklearnInputMixin:
+    """Input conventions of scikit-learn's linear models, before xpml's checks.
+
+    * A SciPy sparse ``X`` (NumPy backend only: SciPy's matrices are host
+      arrays) is densified on the way in; the linear models here need only
+      the products ``XᵀX`` and ``Xw``, which give the same values dense.
+      Sparse arrays of other libraries are refused by the usual validation,
+      which names the argument.
+    * A scalar ``sample_weight`` weighs every sample by that number.
+    """
+
+    def _validate_fit_data(self, X, y=None, sample_weight=None, **kwargs):
+        if _is_scipy_sparse(X):
+            X = X.toarray()
+        scale = _scalar_weight(sample_weight)
+        if scale is not None:
+            sample_weight = None
+        ctx, X, y, sw = super()._validate_fit_data(X, y, sample_weight, **kwargs)
+        if scale is not None and sw is not None:
+            sw = sw * scale
+        return ctx, X, y, sw
+
+    def _validate_predict_data(self, X, *args, **kwargs):
+        if _is_scipy_sparse(X):
+            X = X.toarray()
+        return super()._validate_predict_data(X, *args, **kwargs)
 
 
 class LinearClassifierMixin:

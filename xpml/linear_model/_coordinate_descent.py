@@ -18,7 +18,7 @@ import numpy as np
 from xpml._backend import enter, to_numpy
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.exceptions import ConvergenceWarning
-from xpml.linear_model._base import center_data
+from xpml.linear_model._base import SklearnInputMixin, center_data
 from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_array, check_random_state, check_targets
@@ -165,7 +165,7 @@ def lasso_path(X, y, *, eps=1e-3, n_alphas=100, alphas=None, max_iter=1000, tol=
     return ctx.out(al), ctx.out(coefs), ctx.out(gp)
 
 
-class Lasso(RegressorMixin, BaseEstimator):
+class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
     """Linear regression with an L1 penalty, by coordinate descent.
 
     Minimises ``(1/(2Σω)) Σᵢ ωᵢ (yᵢ − xᵢ·w − b)² + α‖w‖₁`` — scikit-learn's

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import (
     RankDeficiencyWarning,
+    SklearnInputMixin,
     center_data,
     check_finite_result,
     default_rcond,
@@ -19,7 +20,7 @@ from xpml.utils._param_validation import Interval
 __all__ = ["LinearRegression"]
 
 
-class LinearRegression(RegressorMixin, BaseEstimator):
+class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
     """Least squares ``w = X⁺ y`` by the SVD-based pseudo-inverse.
 
     Solves the normal equations even when ``XᵀX`` is singular, giving the
@@ -30,6 +31,17 @@ class LinearRegression(RegressorMixin, BaseEstimator):
     Parameters
     ----------
     fit_intercept : bool, default=True
+    copy_X : bool, default=True
+        Accepted for scikit-learn compatibility: ``X`` is never modified.
+    tol : float, default=1e-6
+        Accepted for scikit-learn compatibility (scikit-learn uses it for
+        sparse ``X`` only; the cut-off of the dense fit is ``rcond``).
+    n_jobs : int or None
+        Accepted; unused.
+    positive : bool, default=False
+        Non-negative slopes (non-negative least squares, by projected
+        coordinate descent on the Gram matrix); ``rank_`` and ``singular_``
+        are then None.
     rcond : float in [0, 1) or None, default=None
         Relative cut-off for small singular values: those at or below
         ``rcond · σ_max`` count as zero. None means ``max(1e-6, 100·eps)``
@@ -69,16 +81,37 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     _parameter_constraints = {
         "fit_intercept": ["boolean"],
+        "copy_X": ["boolean"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_jobs": [None, Integral],
+        "positive": ["boolean"],
         "rcond": [None, Interval(Real, 0, 1, closed="left")],
     }
     _xpml_tags = {"multi_output": True}
 
-    def __init__(self, *, fit_intercept=True, rcond=None):
+    def __init__(
+        self,
+        *,
+        fit_intercept=True,
+        copy_X=True,
+        tol=1e-6,
+        n_jobs=None,
+        positive=False,
+        rcond=None,
+    ):
         self.fit_intercept = fit_intercept
+        self.copy_X = copy_X
+        self.tol = tol
+        self.n_jobs = n_jobs
+        self.positive = positive
         self.rcond = rcond
 
     def fit(self, X, y, sample_weight=None):
-        """Fit by the pseudo-inverse; returns self."""
+        """Fit by the pseudo-inverse (or non-negative least squares); returns
+        self."""
+        self._validate_params()
+        if self.positive:
+            return self._fit_positive(X, y, sample_weight)
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
         Xs, ys, x_off, y_off, _ = center_data(
@@ -104,6 +137,20 @@ class LinearRegression(RegressorMixin, BaseEstimator):
                 stacklevel=2,
             )
         return self._fitted(ctx)
+
+    def _fit_positive(self, X, y, sample_weight):
+        """Non-negative least squares: a :class:`Ridge` with ``alpha=0`` and
+        ``positive=True`` (projected coordinate descent on the Gram matrix)."""
+        from xpml.linear_model._ridge import Ridge
+
+        r = Ridge(alpha=0.0, fit_intercept=self.fit_intercept, positive=True)
+        r.fit(X, y, sample_weight)
+        for name in ("coef_", "intercept_", "n_features_in_", "feature_names_in_"):
+            if hasattr(r, name):
+                setattr(self, name, getattr(r, name))
+        self.rank_ = None
+        self.singular_ = None
+        return self  # Ridge already returned its attributes in the caller's library
 
     def predict(self, X):
         """``X w + b``, in the caller's library."""

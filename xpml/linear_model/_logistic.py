@@ -20,6 +20,7 @@ from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
 from xpml.linear_model._base import (
     LinearClassifierMixin,
+    SklearnInputMixin,
     block_rows,
     check_finite_result,
     linalg_errors,
@@ -138,7 +139,9 @@ def _separated(Z, codes, sw, /, *, xp, binary):
     return bool(xp.all(ok | (sw <= 0)))
 
 
-class LogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
+class LogisticRegression(
+    SklearnInputMixin, LinearClassifierMixin, ClassifierMixin, BaseEstimator
+):
     """Logistic regression (binary) and softmax regression (multinomial).
 
     Parameters

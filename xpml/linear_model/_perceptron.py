@@ -5,7 +5,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.linear_model._base import LinearClassifierMixin
+from xpml.linear_model._base import LinearClassifierMixin, SklearnInputMixin
 from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_random_state
@@ -33,7 +33,9 @@ def _perceptron_pass(X, S, sw, W, b, /, *, order, xp, eta, fit_intercept):
     return W, b, mistakes
 
 
-class Perceptron(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
+class Perceptron(
+    SklearnInputMixin, LinearClassifierMixin, ClassifierMixin, BaseEstimator
+):
     """The perceptron: ``w += η y x`` on every mistake (``y w·x ≤ 0``).
 
     Two classes use one weight vector with labels mapped to ``{−1, +1}``;

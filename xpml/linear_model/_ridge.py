@@ -9,6 +9,7 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import (
+    SklearnInputMixin,
     block_rows,
     center_data,
     check_finite_result,
@@ -138,7 +139,7 @@ def _solve_svd(Xs, ys, alpha, /, *, xp):
     return Vt.T @ (f[:, None] * Utb if len(ys.shape) == 2 else f * Utb)
 
 
-class Ridge(RegressorMixin, BaseEstimator):
+class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
     """Linear least squares with an L2 penalty on the slopes.
 
     Minimises ``Σᵢ ωᵢ (yᵢ − xᵢ·w − b)² + α ‖w‖²``; the intercept ``b`` is not
