@@ -256,3 +256,10 @@ def test_callable_weights_and_bad_parameters(rng):
         KNeighborsClassifier(algorithm="ball_tree").fit(X, y)
     with pytest.raises(InvalidParameterError, match="weights"):
         KNeighborsClassifier(weights="gaussian").fit(X, y)
+
+
+def test_n_neighbors_is_positional_as_sklearn():
+    from xpml.neighbors import KNeighborsRegressor
+
+    for Est in (NearestNeighbors, KNeighborsClassifier, KNeighborsRegressor):
+        assert Est(3).n_neighbors == 3

@@ -203,8 +203,8 @@ class NearestNeighbors(_KNeighborsBase):
 
     def __init__(
         self,
-        *,
         n_neighbors=5,
+        *,
         algorithm="auto",
         leaf_size=64,
         max_leaves=16,
@@ -233,8 +233,8 @@ class _WeightedKNeighbors(_KNeighborsBase):
 
     def __init__(
         self,
-        *,
         n_neighbors=5,
+        *,
         weights="uniform",
         algorithm="auto",
         leaf_size=64,
