@@ -114,7 +114,7 @@ def test_contract_is_the_einsum():
     Xp = np.pad(X, ((0, 0), (1, 1), (0, 0), (0, 0)))
     close(cols[1, 2, 1, 2, 1], Xp[1, 2 + 2, 1 * 2 + 1])
     A, _ = window_matrix(
-        dilate_pad(X, (1, 1), (1, 1), (0, 0), xp=xp, channels_first=True),
+        dilate_pad(X, (1, 1), (1, 1), (0, 0), xp=xp),
         (3, 2),
         (1, 2),
         xp=xp,

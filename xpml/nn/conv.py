@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import array_api_compat
 import array_api_extra as xpx
+import numpy as np
 
 from xpml.nn._base import Layer, pair
 from xpml.nn.init import get_initialiser
 from xpml.utils._array_api import device as array_device
+from xpml.utils._array_api import dispatch, fast_path, portable
 
 __all__ = [
     "Conv2D",
@@ -99,43 +101,76 @@ def _offset_slices(Xp, kernel, stride, h_axis):
     ], (Ho, Wo)
 
 
-def window_matrix(Xc, /, kernel, stride, *, xp):
-    """The window tensor of channels-first padded ``Xc (C, N, H_p, W_p)``, as the
-    matrix ``A (k_h·k_w·C, N·H_out·W_out)``.
+def _windows_example():
+    X = np.random.default_rng(0).standard_normal((2, 7, 6, 3))
+    return (X, (3, 2), (2, 1)), {"xp": None}
 
-    Row ``(i, j, c)`` holds ``X_pad[n, h·s_h + i, w·s_w + j, c]`` for every output
-    position ``(n, h, w)``. It is the window tensor ``(N, H_out, W_out, k_h, k_w, C)``
-    of ALGORITHMS.md §0.3 with its axes stored in the order ``(k_h, k_w, C, N, H_out,
-    W_out)``: each stacked slice is then one contiguous block, and the contraction
-    below is a single matrix product with no copy (see :func:`windows`).
+
+@portable("nn.conv_windows")
+def _window_matrix_portable(Xp, /, kernel, stride, *, xp):
+    slices, (Ho, Wo) = _offset_slices(Xp, kernel, stride, 1)
+    N, C = Xp.shape[0], Xp.shape[3]
+    A = xp.stack(slices, axis=3)  # (N, H_out, W_out, k_h·k_w, C)
+    return xp.reshape(A, (N * Ho * Wo, kernel[0] * kernel[1] * C))
+
+
+@fast_path("nn.conv_windows", "numpy", example=_windows_example)
+def _window_matrix_numpy(Xp, /, kernel, stride, *, xp):
+    # One strided view and one copy: for a kernel row i the k_w·C values of a
+    # window are contiguous in NHWC memory, whatever the stride.
+    (kh, kw), (sh, sw) = kernel, stride
+    Xp = np.ascontiguousarray(Xp)
+    N, Hp, Wp, C = Xp.shape
+    Ho, Wo = (Hp - kh) // sh + 1, (Wp - kw) // sw + 1
+    sN, sH, sW, sC = Xp.strides
+    V = np.lib.stride_tricks.as_strided(
+        Xp,
+        (N, Ho, Wo, kh, kw * C),
+        (sN, sh * sH, sw * sW, sH, sC),
+        writeable=False,
+    )
+    return np.reshape(V, (N * Ho * Wo, kh * kw * C))  # the copy
+
+
+@fast_path("nn.conv_windows", "torch", example=_windows_example)
+def _window_matrix_torch(Xp, /, kernel, stride, *, xp):
+    (kh, kw), (sh, sw) = kernel, stride
+    V = Xp.unfold(1, kh, sh).unfold(2, kw, sw)  # (N, H_out, W_out, C, k_h, k_w)
+    N, Ho, Wo, C = V.shape[:4]
+    return V.permute(0, 1, 2, 4, 5, 3).reshape(N * Ho * Wo, kh * kw * C)
+
+
+def window_matrix(Xp, /, kernel, stride, *, xp):
+    """The window tensor of padded NHWC ``Xp``, as the matrix
+    ``A (N·H_out·W_out, k_h·k_w·C)``.
+
+    Row ``(n, h, w)``, column ``(i, j, c)`` holds ``X_pad[n, h·s_h + i, w·s_w + j, c]``:
+    the window tensor ``(N, H_out, W_out, k_h, k_w, C)`` of ALGORITHMS.md §0.3
+    stored contiguously, so the convolution below is one matrix product whose
+    result is already NHWC (see :func:`windows`). Built by stacking the
+    ``k_h·k_w`` strided slices, or on NumPy and PyTorch by copying one strided
+    view (``as_strided`` / ``unfold``).
     """
-    slices, (Ho, Wo) = _offset_slices(Xc, kernel, stride, 2)
-    C, N = Xc.shape[:2]
-    return xp.reshape(
-        xp.stack(slices, axis=0), (kernel[0] * kernel[1] * C, N * Ho * Wo)
-    ), (Ho, Wo)
+    (kh, kw), (sh, sw) = kernel, stride
+    Ho, Wo = (Xp.shape[1] - kh) // sh + 1, (Xp.shape[2] - kw) // sw + 1
+    return dispatch("nn.conv_windows", xp)(Xp, kernel, stride, xp=xp), (Ho, Wo)
 
 
 def windows(X, /, kernel, stride, padding=(0, 0), *, xp):
-    """The window tensor ``(N, H_out, W_out, k_h, k_w, C)`` of NHWC ``X``: a view
-    of :func:`window_matrix` with the axes in the order of the einsum."""
+    """The window tensor ``(N, H_out, W_out, k_h, k_w, C)`` of NHWC ``X``: a
+    reshape of :func:`window_matrix`."""
     ph, pw = padding
-    Xc = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp, channels_first=True)
-    A, (Ho, Wo) = window_matrix(Xc, kernel, stride, xp=xp)
-    A6 = xp.reshape(A, (kernel[0], kernel[1], X.shape[3], X.shape[0], Ho, Wo))
-    return xp.permute_dims(A6, (3, 4, 5, 0, 1, 2))
+    Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
+    A, (Ho, Wo) = window_matrix(Xp, kernel, stride, xp=xp)
+    return xp.reshape(A, (X.shape[0], Ho, Wo, kernel[0], kernel[1], X.shape[3]))
 
 
 def contract(A, W, /, out_shape, *, xp):
-    """``einsum('nhwijc,ijco->nhwo', windows, W)``: one matrix product ``Wᵀ A``
-    over the window matrix ``A`` (:func:`window_matrix`).
-
-    The result is NHWC; its memory is channels-first (a transposed view), which
-    is what the next layer's window gathering reads fastest.
-    """
+    """``einsum('nhwijc,ijco->nhwo', windows, W)``: one matrix product ``A W``
+    over the window matrix ``A`` (:func:`window_matrix`); the result is NHWC."""
     K, Co = W.shape[0] * W.shape[1] * W.shape[2], W.shape[3]
-    ZT = xp.reshape(W, (K, Co)).T @ A  # (C_out, N·H_out·W_out)
-    return xp.permute_dims(xp.reshape(ZT, (Co,) + tuple(out_shape)), (1, 2, 3, 0))
+    Z = A @ xp.reshape(W, (K, Co))  # (N·H_out·W_out, C_out)
+    return xp.reshape(Z, tuple(out_shape) + (Co,))
 
 
 def offset_stack(Xp, /, kernel, stride, *, xp):
@@ -143,6 +178,61 @@ def offset_stack(Xp, /, kernel, stride, *, xp):
     (for pooling, which reduces over the offsets)."""
     slices, _ = _offset_slices(Xp, kernel, stride, 1)
     return xp.stack(slices, axis=0)
+
+
+def _fold_geometry(cols, kernel, padded_hw, stride, channels_first):
+    (kh, kw), (sh, sw) = kernel, stride
+    if channels_first:
+        _, C, N, Ho, Wo = cols.shape
+        shape, lead = (C, N) + tuple(padded_hw), (slice(None), slice(None))
+    else:
+        _, N, Ho, Wo, C = cols.shape
+        shape, lead = (N,) + tuple(padded_hw) + (C,), (slice(None),)
+    at = [
+        lead
+        + (
+            slice(i, i + sh * (Ho - 1) + 1, sh),
+            slice(j, j + sw * (Wo - 1) + 1, sw),
+            Ellipsis,
+        )
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    return shape, at
+
+
+def _fold_example():
+    cols = np.random.default_rng(0).standard_normal((6, 2, 3, 4, 3))
+    return (cols, (3, 2), (7, 6), (2, 1)), {"xp": None}
+
+
+@portable("nn.conv_fold")
+def _fold_portable(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
+    shape, at = _fold_geometry(cols, kernel, padded_hw, stride, channels_first)
+    out = xp.zeros(shape, dtype=cols.dtype, device=array_device(cols))
+    for k, where in enumerate(at):
+        out = xpx.at(out)[where].add(cols[k, ...])
+    return out
+
+
+@fast_path("nn.conv_fold", "numpy", example=_fold_example)
+def _fold_numpy(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
+    # in-place adds into a buffer this function owns
+    shape, at = _fold_geometry(cols, kernel, padded_hw, stride, channels_first)
+    out = np.zeros(shape, dtype=cols.dtype)
+    for k, where in enumerate(at):
+        view = out[where]
+        np.add(view, cols[k, ...], out=view)
+    return out
+
+
+@fast_path("nn.conv_fold", "torch", example=_fold_example)
+def _fold_torch(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
+    shape, at = _fold_geometry(cols, kernel, padded_hw, stride, channels_first)
+    out = xp.zeros(shape, dtype=cols.dtype, device=array_device(cols))
+    for k, where in enumerate(at):
+        out[where].add_(cols[k, ...])
+    return out
 
 
 def fold(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
@@ -153,23 +243,9 @@ def fold(cols, /, kernel, padded_hw, stride, *, xp, channels_first=False):
     ``channels_first`` they are ``(k_h·k_w, C, N, H_out, W_out)`` and
     ``(C, N, H_p, W_p)``.
     """
-    (kh, kw), (sh, sw) = kernel, stride
-    if channels_first:
-        _, C, N, Ho, Wo = cols.shape
-        shape, lead = (C, N) + tuple(padded_hw), (slice(None), slice(None))
-    else:
-        _, N, Ho, Wo, C = cols.shape
-        shape, lead = (N,) + tuple(padded_hw) + (C,), (slice(None),)
-    out = xp.zeros(shape, dtype=cols.dtype, device=array_device(cols))
-    for i in range(kh):
-        for j in range(kw):
-            at = lead + (
-                slice(i, i + sh * (Ho - 1) + 1, sh),
-                slice(j, j + sw * (Wo - 1) + 1, sw),
-                Ellipsis,
-            )
-            out = xpx.at(out)[at].add(cols[i * kw + j, ...])
-    return out
+    return dispatch("nn.conv_fold", xp)(
+        cols, kernel, padded_hw, stride, xp=xp, channels_first=channels_first
+    )
 
 
 def _crop(Xp, padding):
@@ -183,10 +259,14 @@ def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
     Returns ``(Z, A)``: the output and the window matrix (kept for backward).
     """
     ph, pw = padding
-    Xc = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp, channels_first=True)
-    A, (Ho, Wo) = window_matrix(Xc, W.shape[:2], stride, xp=xp)
+    Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
+    A, (Ho, Wo) = window_matrix(Xp, W.shape[:2], stride, xp=xp)
     Z = contract(A, W, (X.shape[0], Ho, Wo), xp=xp)
-    return (Z if b is None else Z + b), A
+    if b is not None and b.dtype == Z.dtype:
+        Z += b  # Z is the product's fresh array
+    elif b is not None:
+        Z = Z + b
+    return Z, A
 
 
 def conv2d_backward(
@@ -198,10 +278,9 @@ def conv2d_backward(
     (the rotated-kernel correlation) or "fold" (scattering); they agree to rounding.
     """
     N, Ho, Wo, Co = dZ.shape
-    kh, kw, Ci, _ = W.shape
-    dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
-    dW = xp.reshape(A @ dZT.T, W.shape)  # the same windows against dZ
-    db = xp.sum(dZT, axis=1)
+    dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
+    dW = xp.reshape(A.T @ dZm, W.shape)  # the forward's windows against dZ
+    db = xp.ones(dZm.shape[0], dtype=dZm.dtype, device=array_device(dZm)) @ dZm
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
     return dX, dW, db
 
@@ -216,10 +295,8 @@ def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp):
     top, left = kh - 1 - ph, kw - 1 - pw
     bottom = H + kh - 1 - top - ((Ho - 1) * sh + 1)
     right = Wd + kw - 1 - left - ((Wo - 1) * sw + 1)
-    dZc = dilate_pad(
-        dZ, (sh, sw), (top, bottom), (left, right), xp=xp, channels_first=True
-    )
-    A_dZ, _ = window_matrix(dZc, (kh, kw), (1, 1), xp=xp)
+    dZp = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp)
+    A_dZ, _ = window_matrix(dZp, (kh, kw), (1, 1), xp=xp)
     W_rot = xp.permute_dims(xp.flip(W, axis=(0, 1)), (0, 1, 3, 2))
     return contract(A_dZ, W_rot, (N, H, Wd), xp=xp)
 
@@ -230,12 +307,13 @@ def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
     N, Ho, Wo, Co = dZ.shape
     kh, kw, Ci, _ = W.shape
     (H, Wd), (ph, pw) = input_hw, padding
-    dZT = xp.reshape(xp.permute_dims(dZ, (3, 0, 1, 2)), (Co, N * Ho * Wo))
-    cols = xp.reshape(xp.reshape(W, (kh * kw * Ci, Co)) @ dZT, (kh * kw, Ci, N, Ho, Wo))
-    dXc = fold(
-        cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True
-    )
-    return xp.permute_dims(dXc[:, :, ph : ph + H, pw : pw + Wd], (1, 2, 3, 0))
+    dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
+    # one product per kernel offset, stacked offset-first: each (N, H_out, W_out,
+    # C_in) block is contiguous, so the fold adds long runs
+    Wk = xp.permute_dims(xp.reshape(W, (kh * kw, Ci, Co)), (0, 2, 1))
+    cols = xp.reshape(dZm @ Wk, (kh * kw, N, Ho, Wo, Ci))
+    dXp = fold(cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp)
+    return dXp[:, ph : ph + H, pw : pw + Wd, :]
 
 
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
