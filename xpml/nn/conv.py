@@ -1,18 +1,21 @@
 """Conv2D and 2-D pooling as contractions over the window tensor (NHWC).
 
-The array API has no ``as_strided``, so the window tensor
-``(N, H_out, W_out, k_h, k_w, C)`` is built by gathering the ``k_h·k_w``
-strided slices of the padded input and stacking them (:func:`windows`). A
-convolution is then one contraction ``einsum('nhwijc,ijco->nhwo')``, written as
-a reshape and a matrix product (:func:`contract`), which is what ``einsum``
-does anyway and is portable to every array-API library.
+The window tensor ``(N, H_out, W_out, k_h, k_w, C)`` is stored as the matrix
+``A (N·H_out·W_out, k_h·k_w·C)`` (:func:`window_matrix`). The array API has no
+``as_strided``, so the portable path gathers the ``k_h·k_w`` strided slices of
+the padded input and stacks them; on NumPy and PyTorch a fast path copies one
+strided view (``as_strided`` / ``unfold``). A convolution is then one
+contraction ``einsum('nhwijc,ijco->nhwo')``, written as the matrix product
+``A W`` (:func:`contract`), whose result is already NHWC.
 
-Backward (ALGORITHMS.md §0.3): ``dW`` contracts the same windows with ``dZ``;
-``dX`` correlates ``dZ`` -- zero-upsampled by the stride and padded by
-``k − 1 − pad`` -- with the 180°-rotated, in/out-transposed kernel; the bias
-gradient sums ``dZ`` over ``n, h, w``. Pooling gradients are scattered back
-window by window (:func:`fold`): max pooling routes them to the arg-max
-(split evenly between ties), average pooling spreads ``1 / (k_h k_w)``.
+Backward (ALGORITHMS.md §0.3): ``dW = Aᵀ dZ`` reuses the forward's windows; the
+bias gradient sums ``dZ`` over ``n, h, w``; ``dX`` either correlates ``dZ`` --
+zero-upsampled by the stride and padded by ``k − 1 − pad`` -- with the
+180°-rotated, in/out-transposed kernel, or (the default) scatters ``dZ W_{ij}ᵀ``
+back onto the input windows, one kernel offset at a time (:func:`fold`).
+Pooling gradients are scattered back the same way: max pooling routes them to
+the arg-max (split evenly between ties), average pooling spreads
+``1 / (k_h k_w)``.
 """
 
 from __future__ import annotations
@@ -336,8 +339,8 @@ class Conv2D(Layer):
         Initialiser of the weights (fan-in ``k_h k_w C_in``); the bias starts at 0.
     input_grad : {"fold", "correlate"}, default="fold"
         How ``backward`` computes ``dX``: scattering ``W dZ`` back onto the input
-        windows (col2im; the default, less memory traffic: 1.3x PyTorch's CPU time
-        in float32 where "correlate" measured 3.8x), or correlating the
+        windows (col2im; the default, less memory traffic than "correlate", which
+        gathers a window matrix of the padded ``dZ``), or correlating the
         stride-upsampled, padded ``dZ`` with the rotated kernel (ALGORITHMS.md
         §0.3). Both equal PyTorch autograd to rounding (tested over the same grid).
     random_state : int, Generator or None
