@@ -23,7 +23,7 @@ def wine():
 @pytest.mark.parametrize("shrinkage", [None, 0.25])
 def test_lda_predict_proba_equals_sklearn_on_wine(xp, wine, shrinkage):
     X, y = wine
-    m = LinearDiscriminantAnalysis(shrinkage=shrinkage).fit(
+    m = LinearDiscriminantAnalysis(solver="lsqr", shrinkage=shrinkage).fit(
         xp.asarray(X), xp.asarray(y)
     )
     ref = sk.LinearDiscriminantAnalysis(solver="lsqr", shrinkage=shrinkage).fit(X, y)
@@ -37,9 +37,10 @@ def test_lda_predict_proba_equals_sklearn_on_wine(xp, wine, shrinkage):
 def test_lda_priors_equal_sklearn(wine):
     X, y = wine
     pri = [0.5, 0.3, 0.2]
-    m = LinearDiscriminantAnalysis(priors=pri).fit(X, y)
-    ref = sk.LinearDiscriminantAnalysis(solver="lsqr", priors=pri).fit(X, y)
-    np.testing.assert_allclose(m.predict_proba(X), ref.predict_proba(X), atol=1e-8)
+    for solver in ("svd", "lsqr", "eigen"):
+        m = LinearDiscriminantAnalysis(solver=solver, priors=pri).fit(X, y)
+        ref = sk.LinearDiscriminantAnalysis(solver=solver, priors=pri).fit(X, y)
+        np.testing.assert_allclose(m.predict_proba(X), ref.predict_proba(X), atol=1e-8)
 
 
 @pytest.mark.parametrize("reg_param", [0.0, 0.1])
@@ -70,7 +71,9 @@ def test_lda_posterior_is_logistic_of_theta(xp, wine):
     keep = y < 2
     X2, y2 = X[keep], y[keep]
     X2 = (X2 - X2.mean(0)) / X2.std(0)
-    m = LinearDiscriminantAnalysis().fit(xp.asarray(X2), xp.asarray(y2))
+    m = LinearDiscriminantAnalysis(store_covariance=True).fit(
+        xp.asarray(X2), xp.asarray(y2)
+    )
     theta, theta0 = xp.to_numpy(m.theta_), float(xp.to_numpy(m.theta0_))
     mu, S, pri = (
         xp.to_numpy(m.means_),
@@ -93,14 +96,73 @@ def test_lda_posterior_is_logistic_of_theta(xp, wine):
     np.testing.assert_allclose(theta, np.linalg.solve(S, mu[1] - mu[0]), rtol=1e-8)
 
 
-def test_qda_singular_class_covariance_needs_reg_param():
+def test_qda_singular_class_covariance_is_refused_as_sklearn():
+    """n_k ≤ d: the "svd" solver refuses (LinAlgError, a ValueError), even with
+    reg_param, as scikit-learn; "eigen" with shrinkage fits and agrees."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(10, 6))
     y = np.repeat([0, 1], 5)  # n_k = 5 < d = 6
-    with pytest.raises(ValueError, match="reg_param"):
-        QuadraticDiscriminantAnalysis().fit(X, y)
-    P = QuadraticDiscriminantAnalysis(reg_param=0.5).fit(X, y).predict_proba(X)
-    assert np.all(np.isfinite(P))
+    for est in (QuadraticDiscriminantAnalysis(), sk.QuadraticDiscriminantAnalysis()):
+        with pytest.raises(ValueError, match="number of samples in each class"):
+            est.set_params(reg_param=0.5).fit(X, y)
+    m = QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(X, y)
+    ref = sk.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(X, y)
+    np.testing.assert_allclose(m.predict_proba(X), ref.predict_proba(X), atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "solver, shrinkage",
+    [
+        ("svd", None),
+        ("lsqr", "auto"),
+        ("eigen", None),
+        ("eigen", "auto"),
+        ("eigen", 0.3),
+    ],
+)
+def test_lda_solvers_equal_sklearn_on_wine(xp, wine, solver, shrinkage):
+    X, y = wine
+    kw = dict(solver=solver, shrinkage=shrinkage, store_covariance=True)
+    m = LinearDiscriminantAnalysis(**kw).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.LinearDiscriminantAnalysis(**kw).fit(X, y)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X))),
+        ref.predict_proba(X),
+        rtol=0,
+        atol=1e-8,
+    )
+    np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(xp.to_numpy(m.covariance_), ref.covariance_, rtol=1e-9)
+    if solver != "lsqr":  # the directions are defined up to sign
+        np.testing.assert_allclose(
+            np.abs(xp.to_numpy(m.transform(xp.asarray(X)))),
+            np.abs(ref.transform(X)),
+            rtol=1e-7,
+            atol=1e-9,
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(m.explained_variance_ratio_),
+            ref.explained_variance_ratio_,
+            rtol=1e-9,
+        )
+
+
+@pytest.mark.parametrize("solver", ["svd", "eigen"])
+def test_qda_solvers_equal_sklearn_on_wine(xp, wine, solver):
+    X, y = wine
+    kw = dict(solver=solver, store_covariance=True)
+    if solver == "eigen":
+        kw["shrinkage"] = 0.1
+    m = QuadraticDiscriminantAnalysis(**kw).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.QuadraticDiscriminantAnalysis(**kw).fit(X, y)
+    np.testing.assert_allclose(
+        xp.to_numpy(m.predict_proba(xp.asarray(X))),
+        ref.predict_proba(X),
+        rtol=0,
+        atol=1e-8,
+    )
+    for a, b in zip(m.covariance_, ref.covariance_):
+        np.testing.assert_allclose(xp.to_numpy(a), b, rtol=1e-9, atol=1e-12)
 
 
 def test_lda_sample_weight_is_repetition():
@@ -108,6 +170,8 @@ def test_lda_sample_weight_is_repetition():
     X = rng.normal(size=(30, 3)) + np.repeat(np.eye(3), 10, axis=0)
     y = np.repeat([0, 1, 2], 10)
     w = rng.integers(1, 4, size=30)
-    a = LinearDiscriminantAnalysis().fit(X, y, sample_weight=w.astype(float))
-    b = LinearDiscriminantAnalysis().fit(np.repeat(X, w, axis=0), np.repeat(y, w))
-    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), atol=1e-12)
+    for solver, shrinkage in [("svd", None), ("lsqr", "auto"), ("eigen", 0.2)]:
+        est = LinearDiscriminantAnalysis(solver=solver, shrinkage=shrinkage)
+        a = est.fit(X, y, sample_weight=w.astype(float)).predict_proba(X)
+        b = est.fit(np.repeat(X, w, axis=0), np.repeat(y, w)).predict_proba(X)
+        np.testing.assert_allclose(a, b, atol=1e-12)
