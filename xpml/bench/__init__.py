@@ -272,6 +272,12 @@ class Bench:
         left = self.time_left()
         return left is not None and left < MIN_CASE_S
 
+    def check_budget(self):
+        """Raise :class:`BudgetSpent` when no case may start (a suite can call
+        it before building a large case's data; :meth:`compare` does)."""
+        if self.budget_spent():
+            raise BudgetSpent(f"time budget of {self.budget_s:.0f} s spent")
+
     def _limit(self):
         """Longest the next cold call may run (None: no limit)."""
         lims = [x for x in (self.case_timeout_s, self.time_left()) if x is not None]
@@ -403,8 +409,7 @@ class Bench:
         suite's estimate of the reference's time; over the time allowed, the
         reference is not run and the note says so.
         """
-        if self.budget_spent():
-            raise BudgetSpent(f"time budget of {self.budget_s:.0f} s spent")
+        self.check_budget()
         notes = [note] if note else []
         plan = {
             "warmup": self.warmup if warmup is None else warmup,
@@ -640,7 +645,7 @@ def _line(r):
         f"xpml cold {t(r.xpml_cold_s, r.xpml_cold)} warm {t(r.xpml_s)} | "
         f"{r.ref_name} cold {t(r.ref_cold_s, r.ref_cold)} warm {t(r.ref_s)} | "
         f"ratio cold {'   -' if cr is None else f'{cr:5.2f}x'} "
-        f"warm {'   -' if wr is None else f'{wr:5.2f}x'}{'†' if r.ref_once else ''}"
+        f"warm {'   -' if wr is None else f'{wr:5.2f}x' + ('†' if r.ref_once else '')}"
         f" {r.note}"
     )
 

@@ -41,6 +41,7 @@ def _svc(bench, n, measured):
     from xpml.bench.svm import _data
     from xpml.svm import SVC
 
+    bench.check_budget()  # before building the case's data
     X, y = _data(n)
     Xb, yb = bench.to_backend(X, y)
     ours = SVC(gamma=0.05, C=1.0)
@@ -73,6 +74,7 @@ def _gram(bench):
     from xpml.kernels import gram
 
     for n in bench.sizes([50_000], [20_000], [300]):
+        bench.check_budget()  # before building the case's data
         X = np.random.default_rng(0).standard_normal((n, 20))
         Xb = bench.to_backend(X)
         bench.compare(
@@ -92,6 +94,7 @@ def _kernel_ridge(bench):
     from xpml.kernel_ridge import KernelRidge
 
     for n in bench.sizes([20_000], [10_000], [300]):
+        bench.check_budget()  # before building the case's data
         rng = np.random.default_rng(0)
         X = rng.standard_normal((n, 20))
         y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
@@ -116,6 +119,7 @@ def _neighbors(bench):
 
     d, k = 20, 5
     for n, m in bench.sizes([(1_000_000, 10_000)], [(200_000, 10_000)], [(2000, 200)]):
+        bench.check_budget()  # before building the case's data
         rng = np.random.default_rng(0)
         X, Q = rng.standard_normal((n, d)), rng.standard_normal((m, d))
         y = rng.integers(0, 5, size=n)
@@ -141,6 +145,7 @@ def _kmeans(bench):
 
     d = 20
     for n, k in bench.sizes([(1_000_000, 64)], [(200_000, 64)], [(2000, 8)]):
+        bench.check_budget()  # before building the case's data
         rng = np.random.default_rng(0)
         centres = 3.0 * rng.standard_normal((k, d))
         X = centres[rng.integers(0, k, size=n)] + rng.standard_normal((n, d))
@@ -165,6 +170,7 @@ def _pca(bench):
 
     k = 10
     for n, d in bench.sizes([(1_000_000, 100)], [(200_000, 100)], [(2000, 20)]):
+        bench.check_budget()  # before building the case's data
         rng = np.random.default_rng(0)
         X = rng.standard_normal((n, d)) @ rng.standard_normal((d, d))
         Xb = bench.to_backend(X)
@@ -187,6 +193,7 @@ def _forest(bench):
 
     d = 20
     for n, T in bench.sizes([(100_000, 100)], [(20_000, 100)], [(500, 10)]):
+        bench.check_budget()  # before building the case's data
         X, y, _, _ = _data(n, d, 0)
         Xb, yb = bench.to_backend(X, y)
         bench.compare(
@@ -210,6 +217,7 @@ def _conv(bench):
     from xpml.nn import Conv2D
 
     for N in bench.sizes([256], [256], [4]):
+        bench.check_budget()  # before building the case's data
         H, W, ci, co = 28, 28, 16, 32
         rng = np.random.default_rng(0)
         X = rng.standard_normal((N, H, W, ci)).astype(np.float32)
