@@ -26,7 +26,7 @@
 # bench-gpu-<backend>.md/.json. Exits non-zero when CUDA is unusable, a test
 # failed, no GPU test ran (or all were skipped), or a benchmark run timed nothing.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 
 MODE=full
@@ -138,7 +138,7 @@ EOF
   fi
   "$PY" -c 'import array_api_compat, array_api_extra, array_api_strict' >> "$LOG" 2>&1 ||
     fail_early "array-api-compat, array-api-extra and array-api-strict are needed: on a connected machine run 'bash ci/fetch_gpu_wheels.sh' and copy .whl/ here"
-  step install ok $((SECONDS - t0)) "$(ls .whl/*.whl 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
+  step install ok $((SECONDS - t0)) "$(cd .whl 2>/dev/null && echo *.whl)"
 fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 timeout -k 10 120 "$PY" -m xpml info >> "$LOG" 2>&1 ||
@@ -157,7 +157,7 @@ if "$PY" -m xpml.bench.gpu tests "$WORK/tests.xml" --libs "$LIBS" --rc $rc \
 else
   status=fail
 fi
-cat "$WORK/tests.txt" | tee -a "$LOG"
+tee -a "$LOG" < "$WORK/tests.txt"
 step tests $status $((SECONDS - t0)) "$(head -n 1 "$WORK/tests.txt")"
 
 # 4. the benchmarks: the first run times the references, the second reuses them
