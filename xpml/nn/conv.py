@@ -11,8 +11,9 @@ contraction ``einsum('nhwijc,ijco->nhwo')``, written as the matrix product
 Backward (ALGORITHMS.md §0.3): ``dW = Aᵀ dZ`` reuses the forward's windows; the
 bias gradient sums ``dZ`` over ``n, h, w``; ``dX`` either correlates ``dZ`` --
 zero-upsampled by the stride and padded by ``k − 1 − pad`` -- with the
-180°-rotated, in/out-transposed kernel, or (the default) scatters ``dZ W_{ij}ᵀ``
-back onto the input windows, one kernel offset at a time (:func:`fold`).
+180°-rotated, in/out-transposed kernel, or (the default) scatters ``W dZᵀ``
+back onto the input windows, one kernel offset at a time (:func:`fold`, into a
+channels-first buffer: ``dX`` is an NHWC view of it).
 Pooling gradients are scattered back the same way: max pooling routes them to
 the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
@@ -283,7 +284,7 @@ def conv2d_backward(
     N, Ho, Wo, Co = dZ.shape
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
     dW = xp.reshape(A.T @ dZm, W.shape)  # the forward's windows against dZ
-    db = xp.ones(dZm.shape[0], dtype=dZm.dtype, device=array_device(dZm)) @ dZm
+    db = xp.sum(dZm, axis=0)
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
     return dX, dW, db
 
@@ -311,12 +312,16 @@ def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
     kh, kw, Ci, _ = W.shape
     (H, Wd), (ph, pw) = input_hw, padding
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
-    # one product per kernel offset, stacked offset-first: each (N, H_out, W_out,
-    # C_in) block is contiguous, so the fold adds long runs
-    Wk = xp.permute_dims(xp.reshape(W, (kh * kw, Ci, Co)), (0, 2, 1))
-    cols = xp.reshape(dZm @ Wk, (kh * kw, N, Ho, Wo, Ci))
-    dXp = fold(cols, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp)
-    return dXp[:, ph : ph + H, pw : pw + Wd, :]
+    # one product (k_h·k_w·C_in, N·H_out·W_out) = (k_h·k_w, C_in, N, H_out, W_out):
+    # each offset's block is contiguous with rows of W_out, so the fold adds long
+    # runs (per-offset products would be nine small multithreaded GEMMs)
+    colsT = xp.reshape(W, (kh * kw * Ci, Co)) @ dZm.T
+    colsT = xp.reshape(colsT, (kh * kw, Ci, N, Ho, Wo))
+    dXc = fold(
+        colsT, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True
+    )
+    # NHWC view of the channels-first buffer
+    return xp.permute_dims(dXc[:, :, ph : ph + H, pw : pw + Wd], (1, 2, 3, 0))
 
 
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
