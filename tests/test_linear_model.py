@@ -393,7 +393,7 @@ def test_bad_options_name_allowed_values():
     with pytest.raises(InvalidParameterError, match="solver.*'primal'"):
         Ridge(solver="qr").fit(X, y)
     with pytest.raises(InvalidParameterError, match="solver.*'newton'"):
-        LogisticRegression(solver="lbfgs").fit(X, y > 1)
+        LogisticRegression(solver="qr").fit(X, y > 1)
     with pytest.raises(InvalidParameterError, match="direction"):
         SequentialFeatureSelector(LinearRegression(), direction="up").fit(X, y)
 

@@ -31,6 +31,7 @@ from xpml.utils._math import (
 )
 
 __all__ = [
+    "class_weight_factors",
     "SklearnInputMixin",
     "non_finite_error",
     "check_finite_result",
@@ -248,6 +249,35 @@ def _scalar_weight(sample_weight):
     if getattr(sample_weight, "shape", None) == ():
         return float(sample_weight)
     return None
+
+
+def class_weight_factors(class_weight, classes, codes, /, *, xp, dtype):
+    """Per-sample factors ``(n,)`` for scikit-learn's ``class_weight`` (None,
+    ``"balanced"``: ``n / (K · n_k)``, or a dict ``{label: weight}``); None
+    when ``class_weight`` is None. One host read of the codes."""
+    if class_weight is None:
+        return None
+    from xpml._backend import to_numpy
+
+    labels = to_numpy(classes).tolist()
+    K = len(labels)
+    if isinstance(class_weight, str):
+        if class_weight != "balanced":
+            raise ValueError(
+                f"class_weight must be 'balanced', a dict or None, got {class_weight!r}"
+            )
+        counts = np.bincount(to_numpy(codes).astype(np.int64), minlength=K)
+        w = counts.sum() / (K * np.maximum(counts, 1))
+    else:
+        missing = [k for k in class_weight if k not in labels]
+        if missing:
+            raise ValueError(
+                f"The classes, {missing}, are not in class_weight: class_weight keys "
+                f"must be labels of y ({labels})"
+            )
+        w = np.array([float(class_weight.get(c, 1.0)) for c in labels])
+    wk = xp.asarray(w, dtype=dtype, device=_device(codes))
+    return xp.take(wk, codes, axis=0)
 
 
 class SklearnInputMixin:

@@ -12,9 +12,12 @@ intercept ``b`` is never penalised. Newton solves ``H e = −∇F`` with
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from numbers import Integral, Real
+
+import numpy as np
 
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
@@ -23,6 +26,7 @@ from xpml.linear_model._base import (
     SklearnInputMixin,
     block_rows,
     check_finite_result,
+    class_weight_factors,
     linalg_errors,
     log_sigmoid,
     logsumexp,
@@ -38,6 +42,15 @@ from xpml.utils.validation import check_random_state
 __all__ = ["LogisticRegression", "SOLVERS"]
 
 SOLVERS = ("newton", "gd", "sgd")
+# scikit-learn's solver names: they solve the same convex problem, so they are
+# answered by xpml's exact solvers: Newton for the L2 / no penalty, proximal
+# gradient (FISTA) for "l1" and "elasticnet". scikit-learn's pairing rules of
+# solver and penalty are kept (errors as scikit-learn's).
+SKLEARN_SOLVERS = ("lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga")
+_SUPPORTS = {
+    "l1": ("liblinear", "saga"),
+    "elasticnet": ("saga",),
+}
 
 
 # --------------------------------------------------------------- pure helpers
@@ -146,12 +159,29 @@ class LogisticRegression(
 
     Parameters
     ----------
-    penalty : {"l2", None}, default="l2"
-        ``"l2"`` adds ``‖w‖²/(2C)``; the intercept is never penalised.
+    penalty : {"l1", "l2", "elasticnet", None, "deprecated"}, default="deprecated"
+        ``"l2"`` adds ``‖w‖²/(2C)``, ``"l1"`` adds ``‖w‖₁/C``, ``"elasticnet"``
+        ``(r‖w‖₁ + (1 − r)‖w‖²/2)/C`` with ``r = l1_ratio``; the intercept is
+        never penalised. ``"deprecated"`` (scikit-learn's default): the penalty
+        is set by ``l1_ratio`` alone (0: L2, 1: L1); ``C=np.inf`` removes it.
+    l1_ratio : float in [0, 1] or None, default=0.0
+    dual, intercept_scaling, verbose, n_jobs
+        Accepted for scikit-learn compatibility (``dual=True`` only with
+        ``solver="liblinear"``, as scikit-learn; the primal is solved).
+    class_weight : dict, "balanced" or None
+        Multiplies each sample's weight by its class's weight; "balanced":
+        ``n / (K · n_k)``.
+    warm_start : bool, default=False
+        Start from the previous ``coef_`` / ``intercept_`` when their shapes fit.
     C : float, default=1.0
         Inverse penalty strength, as in scikit-learn: the objective is
         ``Σᵢ ωᵢ ℓᵢ + ‖w‖²/(2C)`` (scikit-learn's divided by ``C``).
-    solver : {"newton", "gd", "sgd"}, default="newton"
+    solver : {"lbfgs", "newton-cg", "newton-cholesky", "sag", "liblinear", \
+"saga", "newton", "gd", "sgd"}, default="lbfgs"
+        scikit-learn's names solve the same convex problem: with the L2 or no
+        penalty they run ``"newton"``; "l1" (with "liblinear" or "saga") and
+        "elasticnet" (with "saga") run FISTA. Unlike liblinear, the intercept
+        is never penalised.
         ``"newton"``: Newton–Raphson = IRLS with a backtracking line search;
         ``"gd"``: full-batch gradient descent; ``"sgd"``: mini-batch stochastic
         gradient descent with a decaying step.
@@ -159,8 +189,12 @@ class LogisticRegression(
     max_iter : int, default=100
         Newton steps, gradient steps ("gd") or epochs ("sgd").
     tol : float, default=1e-6
-        Stop when ``max |∇F| / Σω ≤ tol`` ("newton", "gd"), or when an epoch
-        moves no parameter by more than ``tol`` ("sgd").
+        scikit-learn's default. xpml's solvers work to ``tol / 100``: stop
+        when ``max |∇F| / Σω ≤ tol / 100`` ("newton", "gd"; for Newton one
+        more quadratic step is cheap, and the answer then matches
+        scikit-learn's at its own tol), when an epoch moves no parameter by
+        more than ``tol / 100`` ("sgd"), or a proximal step none by more than
+        ``tol / 100`` relative (L1 / elastic net).
     learning_rate : float or None, default=None
         Step size on the mean objective for "gd"/"sgd". None: ``1/L`` with
         ``L`` the Lipschitz constant of the mean gradient (from the largest
@@ -175,7 +209,8 @@ class LogisticRegression(
     classes_ : array (K,)
     coef_ : array (1, d) for two classes, (K, d) otherwise
     intercept_ : array (1,) or (K,)
-    n_iter_ : int
+    n_iter_ : int array (1,)
+        Iterations run (scikit-learn's shape).
     converged_ : bool
     n_features_in_ : int
 
@@ -207,32 +242,53 @@ class LogisticRegression(
 
     _parameter_constraints = {
         "C": [Interval(Real, 0, None, closed="neither")],
+        "l1_ratio": [None, Interval(Real, 0, 1, closed="both")],
+        "dual": ["boolean"],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [None, "dict", Options("balanced")],
+        "verbose": [Interval(Integral, 0, None)],
+        "warm_start": ["boolean"],
+        "n_jobs": [None, Integral],
         "batch_size": [Interval(Integral, 1, None)],
         "fit_intercept": ["boolean"],
         "learning_rate": [None, Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None)],
-        "penalty": [Options("l2", None)],
+        "penalty": [Options("l1", "l2", "elasticnet", None, "deprecated")],
         "random_state": ["random_state"],
-        "solver": [Options(*SOLVERS)],
+        "solver": [Options(*SOLVERS, *SKLEARN_SOLVERS)],
         "tol": [Interval(Real, 0, None, closed="left")],
     }
     _xpml_tags = {"parity_rtol": 1e-7}
 
     def __init__(
         self,
-        penalty="l2",
+        penalty="deprecated",
         *,
         C=1.0,
-        solver="newton",
+        l1_ratio=0.0,
+        dual=False,
+        tol=1e-4,
         fit_intercept=True,
+        intercept_scaling=1,
+        class_weight=None,
+        random_state=None,
+        solver="lbfgs",
         max_iter=100,
-        tol=1e-6,
+        verbose=0,
+        warm_start=False,
+        n_jobs=None,
         learning_rate=None,
         batch_size=32,
-        random_state=None,
     ):
         self.penalty = penalty
         self.C = C
+        self.l1_ratio = l1_ratio
+        self.dual = dual
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.n_jobs = n_jobs
         self.solver = solver
         self.fit_intercept = fit_intercept
         self.max_iter = max_iter
@@ -242,54 +298,123 @@ class LogisticRegression(
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
+    def _penalty(self):
+        """``(penalty, l1_ratio)`` resolved as scikit-learn does, checked
+        against the solver."""
+        pen, r = self.penalty, self.l1_ratio
+        if pen == "deprecated":
+            r = 0.0 if r is None else float(r)
+            pen = "l2" if r == 0 else ("l1" if r == 1 else "elasticnet")
+        elif pen == "l1":
+            r = 1.0
+        elif pen == "elasticnet":
+            if r is None:
+                raise ValueError(
+                    "l1_ratio must be specified when penalty is elasticnet."
+                )
+            r = float(r)
+        else:
+            r = 0.0
+        if pen in _SUPPORTS and self.solver not in _SUPPORTS[pen]:
+            raise ValueError(
+                f"Solver {self.solver} supports only 'l2' or None penalties, got {pen} "
+                f"penalty (solvers for {pen}: {', '.join(_SUPPORTS[pen])})."
+            )
+        if self.dual and self.solver != "liblinear":
+            raise ValueError(
+                f"Solver {self.solver} supports only dual=False, got dual=True"
+            )
+        return pen, r
+
+    def _solver_method(self, pen):
+        if pen in _SUPPORTS:
+            return "prox"
+        return self.solver if self.solver in SOLVERS else "newton"
+
+    def _start(self, prev, d, m, X, ctx):
+        """Zeros, or the previous fit's ``(W, b)`` (``warm_start``) when its
+        shape fits."""
+        xp = ctx.xp
+        W = xp.zeros((d, m), dtype=X.dtype, device=ctx.device)
+        b = xp.zeros((m,), dtype=X.dtype, device=ctx.device)
+        if prev is None or tuple(prev[0].shape) != (m, d):
+            return W, b
+        return (
+            xp.astype(ctx.take(prev[0]), X.dtype).T,
+            xp.astype(ctx.take(prev[1]), X.dtype),
+        )
+
+    def _targets(self, codes, sw, X, ctx):
+        """One-hot (or (n, 1) 0/1) targets and the class-weighted sample weights."""
+        xp = ctx.xp
+        cw = class_weight_factors(
+            self.class_weight, self.classes_, codes, xp=xp, dtype=X.dtype
+        )
+        if cw is not None:
+            sw = sw * cw
+        K = int(self.classes_.shape[0])
+        if K == 2:
+            return xp.astype(codes, X.dtype)[:, None], sw
+        one_hot = codes[:, None] == xp.arange(K, device=ctx.device)[None, :]
+        return xp.astype(one_hot, X.dtype), sw
+
     def fit(self, X, y, sample_weight=None):
         """Fit by the chosen solver; returns self."""
+        self._validate_params()
+        pen, r = self._penalty()
+        method = self._solver_method(pen)
+        prev = (
+            (self.coef_, self.intercept_)
+            if self.warm_start and hasattr(self, "coef_")
+            else None
+        )
         ctx, X, codes, sw = self._validate_fit_data(
             X, y, sample_weight, target="classes"
         )
         xp = ctx.xp
-        K = int(self.classes_.shape[0])
-        binary = K == 2
-        m = 1 if binary else K
-        dev = ctx.device
-        if binary:
-            Y = xp.astype(codes, X.dtype)[:, None]
-        else:
-            Y = xp.astype(codes[:, None] == xp.arange(K, device=dev)[None, :], X.dtype)
-        lam = 1.0 / float(self.C) if self.penalty == "l2" else 0.0
-        W = xp.zeros((X.shape[1], m), dtype=X.dtype, device=dev)
-        b = xp.zeros((m,), dtype=X.dtype, device=dev)
-        solve = getattr(self, f"_solve_{self.solver}")
+        Y, sw = self._targets(codes, sw, X, ctx)
+        binary = Y.shape[1] == 1
+        inv_c = 1.0 / float(self.C) if pen is not None else 0.0
+        lam, l1 = inv_c * (1.0 - r), inv_c * r
+        W, b = self._start(prev, X.shape[1], Y.shape[1], X, ctx)
+        solve = getattr(self, f"_solve_{method}")
+        if method == "prox":
+            solve = functools.partial(solve, l1=l1)
         owner = type(self).__name__
         with linalg_errors(X, xp=xp, what="Newton system / Hessian", owner=owner):
             W, b, n_iter, converged = solve(
                 X, Y, sw, W, b, lam=lam, xp=xp, binary=binary
             )
         check_finite_result(W, X, xp=xp, what="coefficients", owner=owner)
-        if (
-            not lam
-            and not converged
-            and _separated(_scores(X, W, b, xp=xp), codes, sw, xp=xp, binary=binary)
-        ):
+        unbounded = not (lam or l1 or converged)
+        self._warn(
+            unbounded
+            and _separated(_scores(X, W, b, xp=xp), codes, sw, xp=xp, binary=binary),
+            converged,
+            n_iter,
+        )
+        self.coef_ = W.T
+        self.intercept_ = b
+        self.n_iter_ = np.asarray([int(n_iter)], dtype=np.int32)  # scikit-learn's shape
+        self.converged_ = bool(converged)
+        return self._fitted(ctx)
+
+    def _warn(self, separable, converged, n_iter):
+        if separable:
             warnings.warn(
                 f"the training data are linearly separable: without a penalty the weights "
                 f"grow without bound; solver={self.solver!r} stopped after {n_iter} "
                 f"iteration(s). Use penalty='l2' for a finite solution.",
                 SeparableDataWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         elif not converged:
             warnings.warn(
                 f"solver={self.solver!r} did not reach tol={self.tol} in max_iter="
                 f"{self.max_iter} iterations; increase max_iter",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        self.coef_ = W.T
-        self.intercept_ = b
-        self.n_iter_ = int(n_iter)
-        self.converged_ = bool(converged)
-        return self._fitted(ctx)
 
     def _lipschitz(self, X, sw, lam, /, *, xp, binary):
         """Lipschitz constant of the gradient of ``F / Σω``."""
@@ -325,7 +450,7 @@ class LogisticRegression(
             if not math.isfinite(gmax):  # overflow: stop now, fit() names the cause
                 W = W + gmax
                 break
-            if gmax / total <= self.tol:
+            if gmax / total <= self.tol * 1e-2:
                 converged, it = True, it - 1
                 break
             if not lam and _separated(Z, codes, sw, xp=xp, binary=binary):
@@ -381,6 +506,37 @@ class LogisticRegression(
             return E[1:, :], E[0, :]
         return E, xp.zeros_like(gb)
 
+    def _solve_prox(self, X, Y, sw, W, b, /, *, lam, l1, xp, binary):
+        """FISTA (accelerated proximal gradient) on
+        ``F + l1‖W‖₁``: step ``1/L``, soft-threshold of ``W`` (never ``b``).
+        Up to ``100 · max_iter`` steps; stops when a step moves no parameter by
+        more than ``tol · max(1, max|W|)`` (checked every 10 steps: one sync)."""
+        fi = self.fit_intercept
+        step = 1.0 / (
+            self._lipschitz(X, sw, lam, xp=xp, binary=binary) * float(xp.sum(sw))
+        )
+        zero = xp.zeros((), dtype=X.dtype, device=_device(X))
+        Wy, by, t, converged, it = W, b, 1.0, False, 0
+        for it in range(1, 100 * self.max_iter + 1):
+            gW, gb, _ = _gradient(
+                X, Y, sw, Wy, by, lam=lam, xp=xp, binary=binary, fit_intercept=fi
+            )
+            z = Wy - step * gW
+            Wn = xp.maximum(z - step * l1, zero) + xp.minimum(z + step * l1, zero)
+            bn = by - step * gb if fi else b
+            t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
+            mom = (t - 1.0) / t_next
+            Wy, by = Wn + mom * (Wn - W), bn + mom * (bn - b)
+            if it % 10 == 0:
+                move = xp.max(xp.abs(Wn - W)) if W.shape[0] else zero
+                move = xp.maximum(move, xp.max(xp.abs(bn - b)))
+                top = xp.max(xp.abs(Wn)) if W.shape[0] else zero
+                if float(move) <= self.tol * 1e-2 * max(1.0, float(top)):
+                    W, b, converged = Wn, bn, True
+                    break
+            W, b, t = Wn, bn, t_next
+        return W, b, it, converged
+
     def _solve_gd(self, X, Y, sw, W, b, /, *, lam, xp, binary):
         fi = self.fit_intercept
         total = float(xp.sum(sw))
@@ -397,7 +553,7 @@ class LogisticRegression(
                 gmax = xp.max(xp.abs(gW))
                 if fi:
                     gmax = xp.maximum(gmax, xp.max(xp.abs(gb)))
-                if float(gmax) / total <= self.tol:
+                if float(gmax) / total <= self.tol * 1e-2:
                     converged, it = True, it - 1
                     break
             W = W - eta * gW
@@ -440,7 +596,7 @@ class LogisticRegression(
             move = xp.max(xp.abs(W - W_old))
             if fi:
                 move = xp.maximum(move, xp.max(xp.abs(b - b_old)))
-            if float(move) <= self.tol:
+            if float(move) <= self.tol * 1e-2:
                 converged = True
                 break
         return W, b, epoch, converged

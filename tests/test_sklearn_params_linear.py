@@ -1,0 +1,165 @@
+"""scikit-learn's parameters of the linear models (issue 12): each compared with
+scikit-learn at a stated tolerance."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import sklearn.linear_model as sk
+
+from xpml.linear_model import (
+    Lasso,
+    LinearRegression,
+    LogisticRegression,
+    Perceptron,
+    Ridge,
+)
+
+
+def _regression(n=60, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) + 1.0
+    return X, y
+
+
+def _np(a, xp):
+    return xp.to_numpy(a) if hasattr(xp, "to_numpy") else np.asarray(a)
+
+
+# ------------------------------------------------------------------- ridge
+@pytest.mark.parametrize(
+    "solver", ["auto", "svd", "cholesky", "lsqr", "sparse_cg", "sag", "saga"]
+)
+def test_ridge_sklearn_solver_names(xp, solver):
+    X, y = _regression()
+    m = Ridge(alpha=2.0, solver=solver).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.Ridge(alpha=2.0, solver="svd").fit(X, y)
+    np.testing.assert_allclose(_np(m.coef_, xp), ref.coef_, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(float(m.intercept_), ref.intercept_, atol=1e-10)
+
+
+def test_ridge_positive_equals_sklearn(xp):
+    X, y = _regression(seed=3)
+    m = Ridge(alpha=1.0, positive=True).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.Ridge(alpha=1.0, positive=True, tol=1e-12).fit(X, y)
+    assert float(np.min(_np(m.coef_, xp))) >= 0.0
+    np.testing.assert_allclose(_np(m.coef_, xp), ref.coef_, atol=1e-5)
+
+
+def test_ridge_positive_solver_rules():
+    X, y = _regression()
+    with pytest.raises(ValueError, match="positive"):
+        Ridge(solver="svd", positive=True).fit(X, y)
+    with pytest.raises(ValueError, match="lbfgs"):
+        Ridge(solver="lbfgs").fit(X, y)
+
+
+def test_ridge_alpha_per_target_and_sparse():
+    X, y = _regression()
+    Y = np.c_[y, 2.0 * y - 1.0]
+    m = Ridge(alpha=[0.5, 3.0]).fit(sp.csr_matrix(X), Y)
+    ref = sk.Ridge(alpha=[0.5, 3.0]).fit(X, Y)
+    np.testing.assert_allclose(m.coef_, ref.coef_, rtol=1e-10)
+    np.testing.assert_allclose(m.predict(sp.csr_matrix(X)), ref.predict(X), rtol=1e-10)
+
+
+def test_linear_regression_positive_and_scalar_weight():
+    X, y = _regression(seed=4)
+    m = LinearRegression(positive=True).fit(X, y, sample_weight=2.0)
+    ref = sk.LinearRegression(positive=True).fit(X, y, sample_weight=2.0)
+    np.testing.assert_allclose(m.coef_, ref.coef_, atol=1e-7)
+    np.testing.assert_allclose(m.intercept_, ref.intercept_, atol=1e-7)
+
+
+# ------------------------------------------------------------------- lasso
+@pytest.mark.parametrize(
+    "kw", [{}, {"positive": True}, {"selection": "random", "random_state": 0}]
+)
+def test_lasso_params_and_dual_gap(xp, kw):
+    X, y = _regression(seed=1)
+    m = Lasso(alpha=0.1, tol=1e-10, **kw).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.Lasso(alpha=0.1, tol=1e-10, **kw).fit(X, y)
+    np.testing.assert_allclose(_np(m.coef_, xp), ref.coef_, atol=1e-8)
+    # the gap in scikit-learn's scale (not n times larger)
+    assert m.dual_gap_ <= 1e-8 and ref.dual_gap_ <= 1e-8
+
+
+# ---------------------------------------------------------------- logistic
+def _iris(binary):
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X, ((y == 1).astype(int) if binary else y)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("class_weight", [None, "balanced", {0: 2.0, 1: 0.5}])
+def test_logistic_class_weight(xp, binary, class_weight):
+    X, y = _iris(binary)
+    if not binary and class_weight is not None:
+        y = np.where(np.arange(150) < 20, 0, y)  # unbalanced
+    m = LogisticRegression(class_weight=class_weight).fit(xp.asarray(X), xp.asarray(y))
+    ref = sk.LogisticRegression(class_weight=class_weight, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(_np(m.coef_, xp), ref.coef_, rtol=1e-4, atol=1e-5)
+    assert m.n_iter_.shape == ref.n_iter_.shape == (1,)
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+def test_logistic_l1_elasticnet(l1_ratio):
+    X, y = _iris(binary=True)
+    m = LogisticRegression(l1_ratio=l1_ratio, solver="saga", C=0.3).fit(X, y)
+    ref = sk.LogisticRegression(
+        l1_ratio=l1_ratio, solver="saga", C=0.3, tol=1e-10, max_iter=10000
+    ).fit(X, y)
+    np.testing.assert_allclose(m.coef_, ref.coef_, atol=2e-4)
+    np.testing.assert_allclose(m.intercept_, ref.intercept_, atol=2e-4)
+
+
+def test_logistic_solver_rules_and_warm_start():
+    X, y = _iris(binary=True)
+    with pytest.raises(ValueError, match="supports only"):
+        LogisticRegression(l1_ratio=1.0, solver="lbfgs").fit(X, y)
+    m = LogisticRegression(warm_start=True, max_iter=100).fit(X, y)
+    first = m.n_iter_[0]
+    m.fit(X, y)
+    assert m.n_iter_[0] <= first
+
+
+# --------------------------------------------------------------- perceptron
+def test_perceptron_defaults_and_stopping_equal_sklearn():
+    X, y = _iris(binary=False)
+    m = Perceptron(shuffle=False).fit(X, y)
+    ref = sk.Perceptron(shuffle=False).fit(X, y)
+    assert m.max_iter == ref.max_iter == 1000
+    assert m.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(m.coef_, ref.coef_, atol=1e-10)
+
+
+def test_perceptron_partial_fit_equals_sklearn():
+    X, y = _iris(binary=False)
+    m, ref = Perceptron(shuffle=False), sk.Perceptron(shuffle=False)
+    for a, b in ((0, 75), (75, 150)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m.partial_fit(X[a:b], y[a:b], classes=np.unique(y))
+            ref.partial_fit(X[a:b], y[a:b], classes=np.unique(y))
+    np.testing.assert_allclose(m.coef_, ref.coef_, atol=1e-10)
+    np.testing.assert_allclose(m.intercept_, ref.intercept_, atol=1e-10)
+
+
+def test_perceptron_class_weight_in_order():
+    X, y = _iris(binary=True)
+    kw = {
+        "shuffle": False,
+        "class_weight": {0: 1.0, 1: 3.0},
+        "tol": None,
+        "max_iter": 3,
+    }
+    m = Perceptron(**kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = sk.Perceptron(**kw).fit(X, y)
+    np.testing.assert_allclose(m.coef_, ref.coef_, atol=1e-10)
