@@ -405,9 +405,12 @@ class Bench:
         in the same run, cold and warm, and record both.
 
         ``once``: both sides are timed by their cold call only (long cases);
-        ``ref_once``: the reference is (a slow one). ``ref_estimate_s``: the
-        suite's estimate of the reference's time; over the time allowed, the
-        reference is not run and the note says so.
+        ``ref_once``: only the reference is (a slow one; ``--ref-once-over``
+        decides it from the cold time too). ``ref_estimate_s``: the suite's
+        estimate of the reference's time; over the time allowed, the reference
+        is not run and the note says so. Both closures are pickled for their
+        cold calls (cloudpickle): one that cannot be is timed warm only, with
+        the reason in the note.
         """
         self.check_budget()
         notes = [note] if note else []
