@@ -27,12 +27,16 @@ D = 20
 
 
 def _cluster(n_workers):
+    """A local cluster of worker processes (``XPML_BENCH_DASK_PROCESSES=0``:
+    in-process workers, for a machine too busy to start processes quickly)."""
+    import os
+
     import distributed
 
     cluster = distributed.LocalCluster(
         n_workers=n_workers,
         threads_per_worker=1,
-        processes=True,
+        processes=os.environ.get("XPML_BENCH_DASK_PROCESSES", "1") != "0",
         dashboard_address=None,
     )
     return cluster, distributed.Client(cluster)
@@ -108,7 +112,7 @@ def _cases():
 
 
 def _run_size(bench, n, n_workers, have_dml):
-    rows = max(n // 16, 1000)
+    rows = max(n // 16, 500)
     cluster, client = _cluster(n_workers)
     with cluster, client:
         X, y, y_reg = _data(n, rows)
@@ -156,7 +160,7 @@ def run(bench):
     cold = bench.cold
     bench.cold = "off"  # a cluster fit has no fresh-process replay
     try:
-        for n in bench.sizes([1_000_000], [200_000], [20_000]):
+        for n in bench.sizes([1_000_000], [200_000], [5_000]):
             for n_workers in (1, 2):
                 _run_size(bench, n, n_workers, have_dml)
     finally:
