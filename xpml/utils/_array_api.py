@@ -118,8 +118,9 @@ def _torch_device(device: Any) -> Any:
 def _cupy_device(device: Any) -> Any:
     import cupy
 
-    if isinstance(device, str):
-        device = int(device.split(":")[-1]) if ":" in device else 0
+    if isinstance(device, str):  # "cuda", "cuda:1", "1"
+        tail = device.rsplit(":", 1)[-1]
+        device = int(tail) if tail.isdigit() else 0
     return cupy.cuda.Device(int(device)) if isinstance(device, int) else device
 
 
