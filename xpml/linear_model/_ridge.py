@@ -183,7 +183,9 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
     coef_ : array (d,) or (n_targets, d)
     intercept_ : float array () or (n_targets,)
     solver_ : str
-        The solver used (``"auto"`` resolved).
+        The solver used (``"auto"`` resolved to "primal", "dual" or "svd"); a
+        scikit-learn name ("cholesky", "lbfgs", ...) is reported as given, as
+        scikit-learn does (see ``solver`` for the method that answers it).
     n_iter_ : None or int array (n_targets,)
         Sweeps of the ``positive=True`` solver; None for the exact solvers.
     n_features_in_ : int
@@ -299,7 +301,8 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
             check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
         self.coef_ = coef.T if len(y.shape) == 2 else coef
         self.intercept_ = y_off - x_off @ coef
-        self.solver_ = solver
+        # scikit-learn's names are reported as given (computed as documented)
+        self.solver_ = self.solver if self.solver in SKLEARN_SOLVERS else solver
         return self._fitted(ctx)
 
     def _solve_positive(self, X, y, sw, alphas, /, *, xp, w):
