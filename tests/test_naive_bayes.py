@@ -225,3 +225,12 @@ def test_force_alpha_false_clips_alpha_as_sklearn():
         m = MultinomialNB(alpha=0.0, force_alpha=False).fit(X, [0, 1])
     ref = sk.MultinomialNB(alpha=0.0, force_alpha=False).fit(X, [0, 1])
     np.testing.assert_allclose(m.feature_log_prob_, ref.feature_log_prob_)
+
+
+@pytest.mark.parametrize("name", ["MultinomialNB", "BernoulliNB"])
+def test_discrete_nb_fits_a_single_class_as_sklearn(name):
+    X = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    ours = getattr(__import__("xpml.naive_bayes").naive_bayes, name)().fit(X, [1, 1])
+    ref = getattr(sk, name)().fit(X, [1, 1])
+    np.testing.assert_allclose(ours.feature_log_prob_, ref.feature_log_prob_)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))

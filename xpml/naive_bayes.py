@@ -60,8 +60,9 @@ def _log_prior(class_count, param, fit_prior, /, *, xp):
             p / p.sum(), dtype=class_count.dtype, device=_device(class_count)
         )
         return xp.log(prior)
-    if fit_prior:
-        return xp.log(class_count) - xp.log(xp.sum(class_count))
+    if fit_prior:  # an unseen class gets log 0 = −∞, without a warning
+        total = xp.sum(class_count) + xp.zeros_like(class_count)
+        return _log_ratio(class_count, total, xp=xp)
     return xp.full(
         (K,), -math.log(K), dtype=class_count.dtype, device=_device(class_count)
     )
@@ -128,7 +129,12 @@ def _validate_partial(est, X, y, classes, sample_weight):
         )
     if sw is None:
         sw = xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device)
-    codes = encode_labels_against(est.classes_, y, xp=xp)
+    try:
+        codes = encode_labels_against(est.classes_, y, xp=xp)
+    except ValueError as e:
+        raise ValueError(
+            f"The target label(s) in y do not exist in the initial classes: {e}"
+        ) from None
     return ctx, X, codes, sw, first
 
 
@@ -223,11 +229,14 @@ class _DiscreteNB(_BaseNB):
         return self._fitted(ctx)
 
     def fit(self, X, y, sample_weight=None):
-        """Count features per class and smooth; returns self."""
-        ctx, X, codes, sw = self._validate_fit_data(
-            X, y, sample_weight, target="classes"
-        )
-        return self._accumulate(ctx, X, codes, sw, True)
+        """Count features per class and smooth; returns self. A single class is
+        allowed (scikit-learn's degenerate case)."""
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        self.classes_ = None  # start afresh: the classes are those of y
+        return self._accumulate(*_validate_partial(self, X, y, y, sample_weight))
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Add one batch's counts (``classes``: every label, needed on the first
