@@ -267,7 +267,12 @@ def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
     A, (Ho, Wo) = window_matrix(Xp, W.shape[:2], stride, xp=xp)
     Z = contract(A, W, (X.shape[0], Ho, Wo), xp=xp)
     if b is not None and b.dtype == Z.dtype:
-        Z += b  # Z is the product's fresh array
+        # Z is the product's fresh array; adding b along rows of W_out·C_out
+        # rather than C_out values at a time is several times faster on NumPy
+        N, Wo, Co = X.shape[0], Z.shape[2], Z.shape[3]
+        rows = xp.reshape(Z, (N * Ho, Wo * Co))
+        rows += xp.reshape(xp.broadcast_to(b, (Wo, Co)), (Wo * Co,))
+        Z = xp.reshape(rows, Z.shape)  # in case reshape copied
     elif b is not None:
         Z = Z + b
     return Z, A
@@ -284,7 +289,10 @@ def conv2d_backward(
     N, Ho, Wo, Co = dZ.shape
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
     dW = xp.reshape(A.T @ dZm, W.shape)  # the forward's windows against dZ
-    db = xp.sum(dZm, axis=0)
+    # summed along rows of W_out·C_out first (long runs), then over W_out
+    db = xp.sum(
+        xp.reshape(xp.sum(xp.reshape(dZ, (N * Ho, Wo * Co)), axis=0), (Wo, Co)), axis=0
+    )
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
     return dX, dW, db
 
