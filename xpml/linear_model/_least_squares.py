@@ -110,6 +110,11 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
         """Fit by the pseudo-inverse (or non-negative least squares); returns
         self."""
         self._validate_params()
+        if self.positive and type(X).__module__.startswith("scipy.sparse"):
+            raise TypeError(  # scikit-learn's rule (and message)
+                "Sparse data was passed for X, but dense data is required. "
+                "LinearRegression(positive=True) needs a dense X: use X.toarray()."
+            )
         if self.positive:
             return self._fit_positive(X, y, sample_weight)
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
