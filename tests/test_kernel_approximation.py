@@ -156,3 +156,35 @@ def test_nystroem_transform_in_row_blocks_under_a_small_memory_budget(monkeypatc
     whole = ny.transform(X)
     monkeypatch.setenv("XPML_MEMORY_BUDGET", str(8 * 20 * 3 * 6))  # 6 rows a block
     np.testing.assert_allclose(ny.transform(X), whole, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("kernel", ["chi2", "additive_chi2", "cosine"])
+def test_nystroem_extra_kernels_equal_sklearn(xp, kernel):
+    """All landmarks: Z Zᵀ is scikit-learn's kernel (chi2's gamma=None means 1)."""
+    X = np.random.default_rng(0).uniform(size=(25, 4))
+    Z = Nystroem(kernel=kernel, n_components=25, random_state=0).fit_transform(
+        xp.asarray(X)
+    )
+    Z = xp.to_numpy(Z)
+    K = sk_pw.pairwise_kernels(X, metric=kernel)
+    if kernel == "additive_chi2":  # not PSD: only the PSD part is reproduced
+        w, V = np.linalg.eigh(K)
+        K = (V * np.maximum(w, 0)) @ V.T
+    np.testing.assert_allclose(Z @ Z.T, K, atol=1e-8)
+
+
+def test_nystroem_precomputed_and_feature_names():
+    X = np.random.default_rng(1).uniform(size=(12, 3))
+    K = sk_pw.polynomial_kernel(X, degree=2, coef0=0.1)
+    ny = Nystroem(kernel="precomputed", n_components=12, random_state=0)
+    Z = ny.fit_transform(K)
+    np.testing.assert_allclose(Z @ Z.T, K, atol=1e-8)
+    np.testing.assert_allclose(ny.transform(K[:4]), Z[:4], atol=1e-10)
+    with pytest.raises(ValueError, match="Don't pass gamma"):
+        Nystroem(kernel="precomputed", gamma=1.0, n_components=12).fit(K)
+    names = ny.get_feature_names_out()
+    assert names.tolist() == [f"nystroem{i}" for i in range(12)]
+    rff = RandomFourierFeatures(n_components=3, random_state=0).fit(X)
+    assert rff.get_feature_names_out().tolist() == [
+        f"randomfourierfeatures{i}" for i in range(3)
+    ]

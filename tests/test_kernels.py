@@ -327,3 +327,33 @@ def test_in_place_fast_paths_agree_with_portable(xp, op, kw):
     owned = ns.asarray(xp.asarray(E), copy=True)
     fast = dispatch(op, ns)(owned, xp=ns, inplace=True, **kw)
     np.testing.assert_allclose(xp.to_numpy(fast), xp.to_numpy(slow), rtol=1e-14)
+
+
+@pytest.mark.parametrize("kernel", ["cosine", "chi2", "additive_chi2"])
+def test_extra_kernel_names_equal_sklearn(xp, kernel):
+    """scikit-learn's "cosine" and chi2 kernels (chi2's gamma=None means 1)."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.uniform(size=(30, 4)), rng.uniform(size=(20, 4))
+    X[0] = 0.0  # a zero row: cosine gives 0, chi2's 0/0 terms count 0
+    K = xpml.kernels.gram(xp.asarray(X), xp.asarray(Y), kernel, block_rows=7)
+    np.testing.assert_allclose(
+        xp.to_numpy(K), pairwise.pairwise_kernels(X, Y, metric=kernel), atol=1e-12
+    )
+
+
+def test_callable_kernel_follows_sklearn_rules():
+    """A callable without an ``xp`` keyword gets pairs of rows (scikit-learn's
+    rule); one declaring ``xp`` gets whole row blocks."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(6, 3)), rng.normal(size=(4, 3))
+    seen = []
+
+    def pair(x, z):
+        seen.append(x.shape)
+        return float(np.exp(-np.sum((x - z) ** 2)))
+
+    K = xpml.kernels.gram(X, Y, pair)
+    assert set(seen) == {(3,)}
+    np.testing.assert_allclose(K, pairwise.rbf_kernel(X, Y, gamma=1.0), atol=1e-14)
+    K2 = xpml.kernels.gram(X, Y, lambda A, B, xp: A @ B.T)
+    np.testing.assert_allclose(K2, X @ Y.T, atol=1e-14)

@@ -20,6 +20,7 @@ from numbers import Integral, Real
 
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.kernels import (
+    EXTRA_KERNELS,
     KERNELS,
     block_rows_for,
     iter_kernel_blocks,
@@ -66,6 +67,19 @@ def _blocked_map(X, Y, kernel, params, right, /, *, xp):
         )
     ]
     return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
+
+
+def _class_prefix_names(est, fitted):
+    """scikit-learn's output names ``<classname><i>``, one per row of the
+    fitted array ``fitted`` (the number of output columns)."""
+    import numpy as np
+
+    from xpml.utils.validation import check_is_fitted
+
+    check_is_fitted(est)
+    n = int(getattr(est, fitted).shape[0])
+    prefix = type(est).__name__.lower()
+    return np.asarray([f"{prefix}{i}" for i in range(n)], dtype=object)
 
 
 def _transform_inputs(est, X, first, second):
@@ -162,18 +176,27 @@ class RandomFourierFeatures(TransformerMixin, BaseEstimator):
         scale = (2.0 / self.random_weights_.shape[1]) ** 0.5
         return ctx.out(scale * xp.cos(X @ W + b[None, :]))
 
+    def get_feature_names_out(self, input_features=None):
+        """``randomfourierfeatures0``, ... one per output column."""
+        return _class_prefix_names(self, "random_offset_")
+
 
 class Nystroem(TransformerMixin, BaseEstimator):
     """Nyström approximation of a kernel map from ``m`` random landmark rows.
 
     Parameters
     ----------
-    kernel : {"rbf", "linear", "poly", "polynomial", "sigmoid", "laplacian"} \
+    kernel : {"rbf", "linear", "poly", "polynomial", "sigmoid", "laplacian", \
+"cosine", "chi2", "additive_chi2", "precomputed"} \
 or callable, default="rbf"
-        A Gram-engine kernel; a callable is called as ``kernel(X_block, Y,
-        xp=xp, **kernel_params)``.
+        A Gram-engine kernel (see :mod:`xpml.kernels`); "precomputed": ``X``
+        is the kernel matrix (``K(X_train, X_train)`` in fit, ``K(X,
+        X_train)`` in transform). A callable declaring an ``xp`` keyword is
+        called on row blocks, ``kernel(X_block, Y, xp=xp, **kernel_params)``;
+        any other callable as scikit-learn does, ``kernel(x, z,
+        **kernel_params)`` on each pair of rows (slow).
     gamma : float or None, default=None
-        None means ``1/n_features``.
+        None means ``1/n_features`` (1 for "chi2").
     coef0 : float or None, default=None
         None means 1 (poly and sigmoid).
     degree : float or None, default=None
@@ -220,7 +243,7 @@ or callable, default="rbf"
     """
 
     _parameter_constraints = {
-        "kernel": [Options(*KERNELS), callable],
+        "kernel": [Options(*KERNELS, *EXTRA_KERNELS, "precomputed"), callable],
         "gamma": [Interval(Real, 0, None, closed="left"), None],
         "coef0": [Interval(Real, None, None), None],
         "degree": [Interval(Real, 1, None, closed="left"), None],
@@ -249,6 +272,14 @@ or callable, default="rbf"
         self.n_components = n_components
         self.random_state = random_state
 
+    def _check_kernel_args(self):
+        if callable(self.kernel) or self.kernel == "precomputed":
+            if any(v is not None for v in (self.gamma, self.coef0, self.degree)):
+                raise ValueError(
+                    "Don't pass gamma, coef0 or degree to Nystroem if using a "
+                    "callable or precomputed kernel (pass kernel_params instead)"
+                )
+
     def _kernel_and_params(self, n_features):
         kernel = self.kernel
         if callable(kernel) and self.kernel_params:
@@ -264,6 +295,7 @@ or callable, default="rbf"
     def fit(self, X, y=None):
         """Pick the landmarks and compute ``K_LL^{-1/2}``; returns self."""
         ctx, X, _, _ = self._validate_fit_data(X)
+        self._check_kernel_args()
         xp = ctx.xp
         n = int(X.shape[0])
         m = self.n_components
@@ -278,8 +310,11 @@ or callable, default="rbf"
         rng = check_random_state(self.random_state)
         inds = xp.asarray(rng.permutation(n)[:m], device=ctx.device)
         basis = xp.take(X, inds, axis=0)
-        kernel, p = self._kernel_and_params(int(X.shape[1]))
-        K_LL = kernel_matrix(basis, basis, kernel, p, xp=xp, symmetric=True)
+        if self.kernel == "precomputed":  # X is K(X, X): K_LL is a sub-block
+            K_LL = xp.take(basis, inds, axis=1)
+        else:
+            kernel, p = self._kernel_and_params(int(X.shape[1]))
+            K_LL = kernel_matrix(basis, basis, kernel, p, xp=xp, symmetric=True)
         owner = type(self).__name__
         with linalg_errors(X, xp=xp, what="landmark kernel matrix", owner=owner):
             N, _ = _inverse_sqrt_psd(K_LL, xp=xp)
@@ -298,5 +333,12 @@ or callable, default="rbf"
         """
         ctx, X, L, N = _transform_inputs(self, X, "components_", "normalization_")
         xp = ctx.xp
+        if self.kernel == "precomputed":  # X is K(X_new, X_train)
+            inds = ctx.take(self.component_indices_)
+            return ctx.out(xp.take(X, inds, axis=1) @ N.T)
         kernel, p = self._kernel_and_params(int(L.shape[1]))
         return ctx.out(_blocked_map(X, L, kernel, p, N.T, xp=xp))
+
+    def get_feature_names_out(self, input_features=None):
+        """``nystroem0``, ... one per output column."""
+        return _class_prefix_names(self, "components_")

@@ -37,6 +37,7 @@ import numpy as np
 from xpml._backend import enter
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.kernels import (
+    EXTRA_KERNELS,
     KERNELS,
     block_rows_for,
     iter_kernel_blocks,
@@ -285,13 +286,16 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     alpha : float or array-like of shape (n_targets,), default=1.0
         Regularisation strength λ (>= 0); one value per target is allowed.
     kernel : {"linear", "poly", "polynomial", "rbf", "sigmoid", "laplacian", \
-"precomputed"} or callable, default="linear"
+"cosine", "chi2", "additive_chi2", "precomputed"} or callable, default="linear"
         A Gram-engine kernel (see :mod:`xpml.kernels`); ``"precomputed"`` means
         ``X`` is the kernel matrix (``(n, n)`` in ``fit``, ``(m, n)`` in
-        ``predict``). A callable is called as ``kernel(X_block, Y, xp=xp,
-        **kernel_params)`` and returns the ``(b, m)`` block.
+        ``predict``). A callable declaring an ``xp`` keyword is called as
+        ``kernel(X_block, Y, xp=xp, **kernel_params)`` and returns the
+        ``(b, m)`` block; any other callable as scikit-learn does,
+        ``kernel(x, z, **kernel_params)`` on each pair of rows (slow).
     gamma : float or None, default=None
-        For rbf, laplacian, poly and sigmoid; None means ``1/n_features``.
+        For rbf, laplacian, poly, sigmoid and chi2; None means
+        ``1/n_features`` (1 for chi2).
     degree : float, default=3
         Degree of the poly kernel.
     coef0 : float, default=1
@@ -347,7 +351,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
 
     _parameter_constraints = {
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
-        "kernel": [Options(*KERNELS, "precomputed"), callable],
+        "kernel": [Options(*KERNELS, *EXTRA_KERNELS, "precomputed"), callable],
         "gamma": [Interval(Real, 0, None, closed="left"), None],
         "degree": [Interval(Real, 0, None, closed="left")],
         "coef0": [Interval(Real, None, None)],

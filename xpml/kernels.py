@@ -8,7 +8,12 @@ poly          ``(gamma x·z + coef0)^degree``
 rbf           ``exp(-gamma ‖x−z‖²)``, or ``sigma`` with ``gamma = 1/(2 sigma²)``
 sigmoid       ``tanh(gamma x·z + coef0)``
 laplacian     ``exp(-gamma ‖x−z‖₁)``
-callable      ``f(X_block, Y, xp=xp) -> (b, m)`` written on the array namespace
+cosine        ``x·z / (‖x‖ ‖z‖)`` (zero rows give 0)
+chi2          ``exp(-gamma Σ_f (x_f−z_f)²/(x_f+z_f))``, ``gamma=None`` means 1
+additive_chi2 ``-Σ_f (x_f−z_f)²/(x_f+z_f)`` (both need ``x, z ≥ 0``)
+callable      with an ``xp`` keyword: ``f(X_block, Y, xp=xp) -> (b, m)`` on the
+              array namespace; otherwise scikit-learn's rule, ``f(x, z) ->
+              float`` on each pair of rows (NumPy, on the host: slow)
 ============  ==========================================
 
 Squared distances use ``‖x‖² + ‖z‖² − 2 x·z`` (one matrix product), clamped at 0,
@@ -20,11 +25,12 @@ whole matrix (SVM columns, k-NN, k-means, prediction).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import numpy as np
 
-from xpml._backend import enter
+from xpml._backend import enter, to_numpy
 from xpml.utils._array_api import (
     DEFAULT_MEMORY_BUDGET,
     device,
@@ -42,6 +48,7 @@ from xpml.utils.validation import check_array
 
 __all__ = [
     "KERNELS",
+    "EXTRA_KERNELS",
     "gram",
     "gram_blocks",
     "block_rows_for",
@@ -57,6 +64,8 @@ __all__ = [
 ]
 
 KERNELS = ("linear", "poly", "polynomial", "rbf", "sigmoid", "laplacian")
+# further scikit-learn kernel names the engine computes (KernelRidge, Nystroem)
+EXTRA_KERNELS = ("cosine", "chi2", "additive_chi2")
 # DEFAULT_MEMORY_BUDGET (512 MiB) is re-exported from xpml.utils._array_api; the
 # budget in force comes from memory_budget() (XPML_MEMORY_BUDGET overrides it)
 
@@ -256,11 +265,11 @@ def resolve_kernel_params(
             raise ValueError(f"sigma must be > 0; got {sigma!r}")
         gamma = 1.0 / (2.0 * sigma * sigma)
     if gamma is None:
-        gamma = 1.0 / max(n_features, 1)
-    if isinstance(kernel, str) and kernel not in KERNELS:
+        gamma = 1.0 if kernel == "chi2" else 1.0 / max(n_features, 1)
+    if isinstance(kernel, str) and kernel not in KERNELS + EXTRA_KERNELS:
+        allowed = ", ".join(map(repr, KERNELS + EXTRA_KERNELS))
         raise ValueError(
-            f"unknown kernel {kernel!r}; allowed kernels are {', '.join(map(repr, KERNELS))} "
-            f"or a callable"
+            f"unknown kernel {kernel!r}; allowed kernels are {allowed} or a callable"
         )
     return kernel, {"gamma": float(gamma), "degree": degree, "coef0": float(coef0)}
 
@@ -269,7 +278,9 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
     """One block ``K(Xb, Y)``; ``diag_offset`` is the row offset of ``Xb`` in ``Y``
     when ``Y`` is ``X`` itself (its diagonal distances are set to exact zeros)."""
     if callable(kernel):
-        return kernel(Xb, Y, xp=xp)
+        if _takes_xp(kernel):
+            return kernel(Xb, Y, xp=xp)
+        return _pairwise_callable(kernel, Xb, Y, xp=xp, square=diag_offset == 0)
     if kernel == "linear":
         return Xb @ Y.T
     if kernel in ("poly", "sigmoid"):  # the product is ours: finish it in place
@@ -289,7 +300,56 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
     if kernel == "laplacian":
         D = _l1_distances(Xb, Y, xp=xp)
         return _clamp_exp_(_scale_(D, -p["gamma"], xp=xp), xp=xp)
+    if kernel == "cosine":
+        return _unit_rows(Xb, xp=xp) @ _unit_rows(Y, xp=xp).T
+    if kernel in ("chi2", "additive_chi2"):
+        S = _chi2_sums(Xb, Y, xp=xp)
+        return -S if kernel == "additive_chi2" else xp.exp(-p["gamma"] * S)
     raise ValueError(f"unknown kernel {kernel!r}")
+
+
+def _takes_xp(f):
+    """Whether a callable kernel declares an ``xp`` keyword (xpml's block form)."""
+    try:
+        return "xp" in inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _pairwise_callable(f, Xb, Y, /, *, xp, square=False):
+    """scikit-learn's rule for a callable kernel: ``f(x, z)`` on every pair of
+    rows, as NumPy rows on the host (a Python loop over pairs, as scikit-learn).
+    ``square`` (``Xb`` is ``Y``): the upper triangle and diagonal only, mirrored."""
+    Xh, Yh = to_numpy(Xb), to_numpy(Y)
+    n, m = Xh.shape[0], Yh.shape[0]
+    square = square and n == m
+    K = np.zeros((n, m), dtype=np.float64)
+    for i in range(n):
+        for j in range(i if square else 0, m):
+            K[i, j] = f(Xh[i], Yh[j])
+    if square:
+        K = np.triu(K) + np.triu(K, 1).T
+    return xp.asarray(K, dtype=Xb.dtype, device=device(Xb))
+
+
+def _unit_rows(X, /, *, xp):
+    """Rows scaled to unit Euclidean norm; zero rows stay zero."""
+    norm = xp.sqrt(xp.sum(X * X, axis=1, keepdims=True))
+    return X / xp.where(norm > 0, norm, xp.ones_like(norm))
+
+
+def _chi2_sums(Xb, Y, /, *, xp):
+    """``Σ_f (x_f − z_f)² / (x_f + z_f)`` (0/0 counts 0), one feature at a time
+    over the whole (b, m) block. Negative inputs raise, as scikit-learn."""
+    if bool(xp.any(Xb < 0)) or bool(xp.any(Y < 0)):
+        raise ValueError("X contains negative values; the chi2 kernels need X >= 0")
+    S = xp.zeros((Xb.shape[0], Y.shape[0]), dtype=Xb.dtype, device=device(Xb))
+    for f in range(Xb.shape[1]):  # a loop over features, vectorised over pairs
+        a, b = Xb[:, f][:, None], Y[:, f][None, :]
+        den = a + b
+        pos = den > 0
+        S = S + xp.where(pos, (a - b) ** 2 / xp.where(pos, den, xp.ones_like(den)), 0.0)
+    return S
 
 
 def _rbf_factors(X, Y, gamma, *, xp):
