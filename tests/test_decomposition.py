@@ -216,3 +216,16 @@ def test_backends_give_numpy_results(xp, digits, Est, params):
     np.testing.assert_allclose(
         xp.to_numpy(back), ref.inverse_transform(ref.transform(X)), atol=1e-7
     )
+
+
+@pytest.mark.parametrize("algorithm", ["randomized", "full"])
+def test_truncated_svd_fit_transform_is_transform(xp, digits, algorithm):
+    # scikit-learn: randomized fit_transform returns X V_k (not the range
+    # finder's U_k D_k), so it equals fit(X).transform(X) to rounding
+    X = xp.asarray(digits[:300])
+    est = TruncatedSVD(5, algorithm=algorithm, random_state=0)
+    Z = xp.to_numpy(est.fit_transform(X))
+    np.testing.assert_allclose(Z, xp.to_numpy(est.transform(X)), atol=1e-9)
+    np.testing.assert_allclose(
+        xp.to_numpy(est.explained_variance_), Z.var(axis=0), rtol=1e-10
+    )

@@ -463,7 +463,10 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
         return self
 
     def fit_transform(self, X, y=None):
-        """Fit, and return ``U_k D_k``."""
+        """Fit, and return the projection: ``U_k D_k`` for "full", ``X V_k``
+        for "randomized" (as scikit-learn: the range finder's ``U_k D_k`` is
+        only approximately ``X V_k``, so ``fit_transform(X)`` equals
+        ``fit(X).transform(X)`` to rounding)."""
         ctx, Z = self._fit(X)
         return ctx.out(Z)
 
@@ -487,7 +490,8 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
             U = Q @ Ub
         U, Vt = svd_flip(U[:, :k], Vt[:k, :], xp=xp)
         s = s[:k]
-        Z = U * s[None, :]
+        # randomized: U_k D_k = Q Qᵀ X V_k ≠ X V_k; scikit-learn returns X V_k
+        Z = U * s[None, :] if self.algorithm == "full" else X @ Vt.T
         ev = xp.var(Z, axis=0)
         self.components_ = Vt
         self.singular_values_ = s
