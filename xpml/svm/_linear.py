@@ -50,7 +50,6 @@ steps.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from numbers import Integral, Real
 from typing import Any
 
@@ -59,7 +58,7 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.exceptions import ConvergenceWarning
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.utils._array_api import device, eps
 from xpml.utils._math import psd_lstsq
 from xpml.utils._param_validation import Interval, Options
@@ -624,11 +623,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         else:
             W, alpha, D, it, ok = _solve_squared_hinge(loss, tol, max_iter, dual, xp=xp)
         if not ok:
-            warnings.warn(
+            warn(
+                ConvergenceWarning,
                 f"LinearSVC did not converge in max_iter={self.max_iter} Newton steps "
                 f"(tol={self.tol}); increase max_iter or tol.",
-                ConvergenceWarning,
-                stacklevel=2,
             )
         self.primal_objective_, self.dual_objective_ = _objectives(
             loss, W, alpha, D, xp=xp
