@@ -18,6 +18,7 @@ import math
 import warnings
 
 import array_api_compat
+import numpy as np
 
 from xpml._dask import compute, map_sum, persist, register
 from xpml.utils._dask_fits import prologue
@@ -159,7 +160,7 @@ def _newton(est, data, Wb, lam):
         if not math.isfinite(gmax):
             Wb = (W + gmax, b)
             break
-        if gmax / float(total) <= est.tol:
+        if gmax / float(total) <= est.tol * 1e-2:  # the single-machine rule
             converged, it = True, it - 1
             break
         if not lam and separated:
@@ -175,17 +176,21 @@ def fit_logistic_regression(est, X, y, sample_weight):
     """Newton / IRLS with two passes over the row blocks per iteration."""
     from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
 
-    if est.solver != "newton":
+    est._validate_params()
+    pen, _ = est._penalty()
+    if est._solver_method(pen) != "newton" or est.class_weight is not None:
         raise TypeError(
-            f"LogisticRegression(solver={est.solver!r}) does not fit dask arrays; "
-            f"use solver='newton' (two passes over the blocks per iteration)"
+            f"LogisticRegression(solver={est.solver!r}, penalty={pen!r}, "
+            f"class_weight={est.class_weight!r}) does not fit dask arrays; use "
+            f"solver='newton' (or 'lbfgs', run as Newton) with penalty 'l2' or "
+            f"None and no class_weight (two passes over the blocks per iteration)"
         )
     data = prologue(est, X, y, sample_weight, classes=True)
     data.X, data.y, data.w = persist(data.X, data.y, data.w)  # read every pass
     xp, K = data.xp, int(est.classes_.shape[0])
     m = 1 if K == 2 else K
     Wb = (xp.zeros((data.d, m), dtype=data.X.dtype), xp.zeros((m,), dtype=data.X.dtype))
-    lam = 1.0 / float(est.C) if est.penalty == "l2" else 0.0
+    lam = 1.0 / float(est.C) if pen is not None else 0.0
     (W, b), it, converged, separated = _newton(est, data, Wb, lam)
     if not bool(xp.all(xp.isfinite(W))):
         raise ValueError("LogisticRegression: non-finite values in the coefficients")
@@ -203,5 +208,6 @@ def fit_logistic_regression(est, X, y, sample_weight):
             stacklevel=4,
         )
     est.coef_, est.intercept_ = W.T, b
-    est.n_iter_, est.converged_ = int(it), bool(converged)
+    est.n_iter_ = np.asarray([int(it)], dtype=np.int32)  # scikit-learn's shape
+    est.converged_ = bool(converged)
     return est
