@@ -197,6 +197,11 @@ def fit_linear_regression(est, X, y, sample_weight):
     """Least squares ``X⁺y`` from the tall-skinny ``R`` of ``[X | y]``."""
     from xpml.linear_model._base import RankDeficiencyWarning, default_rcond, pinv_solve
 
+    if getattr(est, "positive", False):
+        raise TypeError(
+            "LinearRegression(positive=True) does not fit dask arrays (its NNLS "
+            "solver needs the rows); use positive=False"
+        )
     data = prologue(est, X, y, sample_weight)
     x_off, y_off = offsets(data, est.fit_intercept)
     R, x_off, y_off = compute(centred_r(data, x_off, y_off), x_off, y_off)
