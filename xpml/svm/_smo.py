@@ -24,7 +24,8 @@ Each outer step ("working set") is three named steps:
 3. :func:`_update_gradient`: ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)`` over the rows of
    ``B``, which :class:`KernelRows` keeps in a row cache that grows (doubling)
    as rows are requested, up to ``cache_size``, then evicts the least recently
-   used.
+   used. On NumPy (:func:`_solve_block_numpy`) the rows are fetched after the
+   subproblem, and only those of the variables that moved.
 
 The working-set size adapts: it starts at ``_Q_START`` and doubles (up to
 ``q``) while the subproblems are busy (many free variables or many steps), so
@@ -180,6 +181,7 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     pen_low = np.where(np.where(ypos, a > 0, a < C), 0.0, -np.inf)
     t, b, curv, gain = (np.empty_like(v) for _ in range(4))
     al, yl, Cl = a.tolist(), y.tolist(), C.tolist()
+    vmax = np.maximum.reduce  # t.max() without the Python-level wrapper
     steps = 0
     while steps < max_steps:
         np.add(v, pen_up, out=t)
@@ -187,7 +189,7 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
         m = t[i]
         np.subtract(m, v, out=b)  # b = m − v
         np.add(b, pen_low, out=t)  # over I_low only
-        if not t.max() >= tol:
+        if not vmax(t) >= tol:
             break
         np.subtract(diag, K2[i], out=curv)
         curv += diag[i]
@@ -334,13 +336,16 @@ def _grow_rows(buf, rows, cap, /, *, xp):
 
 @fast_path("svm.grow_rows", "numpy", example=_example_grow_rows)
 def _grow_rows_numpy(buf, rows, cap, /, *, xp):
-    """NumPy: the first ``rows`` rows of one zeroed allocation of ``cap`` rows,
-    made once. Zeroed memory is mapped lazily by the operating system, so only
-    the pages of rows written are ever held, and growing copies nothing."""
-    base = buf.base
+    """NumPy: the first ``rows`` rows of one uninitialised allocation of ``cap``
+    rows, made once; only the rows added are zeroed. (``np.zeros`` of the whole
+    cap is not free: below the allocator's mmap threshold, which rises to 32 MB
+    once such a block has been freed, calloc clears every byte, and the cache
+    is allocated afresh after each shrinking.) Growing copies nothing."""
+    base, old = buf.base, buf.shape[0]
     if not (isinstance(base, np.ndarray) and base.shape[0] >= rows):
-        base = np.zeros((cap, buf.shape[1]), dtype=buf.dtype)
-        base[: buf.shape[0]] = buf
+        base = np.empty((cap, buf.shape[1]), dtype=buf.dtype)
+        base[:old] = buf
+    base[old:rows] = 0.0
     return base[:rows]
 
 
@@ -410,6 +415,13 @@ class KernelRows:
         if need <= self.size:
             return
         new = min(self.cap, max(need, 2 * self.size, 16))
+        if self.size and (self.size + new) * self.row_bytes > self.budget:
+            # the old buffer and the new one would not fit together: the
+            # cache stops growing here and evicts instead
+            self.cap = max(self.size, min(self.q, self.cap))
+            new = min(self.cap, max(need, self.size))
+            if new <= self.size:
+                return
         if self.buf is None:
             self.buf = self.xp.empty(
                 (0, self.n), dtype=self.dtype, device=device(self.X)
@@ -424,8 +436,8 @@ class KernelRows:
         """Free slots first (growing the buffer), then the least recently used
         (never this set's)."""
         old_used = self.used
-        free = min(n_miss, self.cap - old_used)
-        self._grow(old_used + free)
+        self._grow(old_used + min(n_miss, self.cap - old_used))
+        free = min(n_miss, self.cap - old_used)  # the cap can fall in _grow
         fresh = np.arange(old_used, old_used + free)
         self.used += free
         if free == n_miss:
@@ -763,6 +775,24 @@ def _solve_block(prob, rows, B, limits, *, xp):
     """Steps 2 and 3: the subproblem on ``B`` (sorted host ints) and the
     gradient update. ``limits`` is ``(inner tolerance, most steps)``.
     Returns ``(B on the device, steps)``."""
+    solve = dispatch("svm.solve_block", xp)
+    prob.alpha, prob.v, Bd, steps = solve(prob, rows, B, limits, xp=xp)
+    return Bd, steps
+
+
+def _example_solve_block():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 3))
+    y = np.where(rng.random(40) < 0.5, 1.0, -1.0)
+    rows = KernelRows(X, "rbf", {"gamma": 0.5}, xp=np, memory_budget=1 << 20, q=16)
+    prob = _Problem(y, np.full(40, 0.5), np.zeros(40), y.copy(), -math.inf)
+    return (prob, rows, np.arange(3, 35, 2), (1e-3, 200)), {"xp": np}
+
+
+@portable("svm.solve_block")
+def _solve_block_portable(prob, rows, B, limits, /, *, xp):
+    """Every row of ``B`` made resident first, so the row slots travel with
+    ``B`` in one upload. Returns ``(α, v, B on the device, steps)``."""
     tol_in, max_steps = limits
     slots = rows.fetch(B)
     both = xp.asarray(np.stack([B, slots]), device=device(prob.v))  # one upload
@@ -772,10 +802,35 @@ def _solve_block(prob, rows, B, limits, *, xp):
     aB_new, _, steps = solve_subproblem(
         Kbb, yB, aB, CB, vB, xp=xp, tol=tol_in, max_steps=max_steps
     )
+    alpha, v = prob.alpha, prob.v
     if steps:
-        prob.v = prob.v - rows.product(sl, yB * (aB_new - aB))
-        prob.alpha = dispatch("svm.scatter", xp)(prob.alpha, Bd, aB_new, xp=xp)
-    return Bd, steps
+        v = v - rows.product(sl, yB * (aB_new - aB))
+        alpha = dispatch("svm.scatter", xp)(
+            xp.asarray(alpha, copy=True), Bd, aB_new, xp=xp
+        )
+    return alpha, v, Bd, steps
+
+
+@fast_path("svm.solve_block", "numpy", example=_example_solve_block)
+def _solve_block_numpy(prob, rows, B, limits, /, *, xp):
+    """NumPy: the subproblem first (it needs ``K_BB`` only), then the rows of
+    the variables that moved, the only ones the gradient update reads: a set
+    whose bounded variables stay at their bounds computes no rows for them
+    (LIBSVM likewise computes the columns of the pairs it steps on)."""
+    tol_in, max_steps = limits
+    Kbb = rows.block(B)
+    yB, aB, CB, vB = (z[B] for z in (prob.y, prob.alpha, prob.C, prob.v))
+    aB_new, _, steps = solve_subproblem(
+        Kbb, yB, aB, CB, vB, xp=xp, tol=tol_in, max_steps=max_steps
+    )
+    if not steps:
+        return prob.alpha, prob.v, B, steps
+    d = yB * (aB_new - aB)
+    moved = np.flatnonzero(d)
+    v = prob.v - rows.product(rows.fetch(B[moved]), d[moved])
+    alpha = prob.alpha.copy()
+    alpha[B] = aB_new
+    return alpha, v, B, steps
 
 
 def _shrink(prob, full, rows, *, xp):
