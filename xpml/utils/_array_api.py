@@ -295,9 +295,13 @@ def portable(op: str) -> Callable[[Callable], Callable]:
 
     def register(fn: Callable) -> Callable:
         entry = _OPS.setdefault(op, _Op())
-        if entry.portable is not None and entry.portable is not fn:
-            raise RuntimeError(f"portable implementation of {op!r} registered twice")
-        entry.portable = fn
+        old = entry.portable
+        if old is not None and old.__qualname__ != fn.__qualname__:
+            raise RuntimeError(
+                f"portable implementation of {op!r} registered twice "
+                f"({old.__module__}.{old.__qualname__} and {fn.__qualname__})"
+            )
+        entry.portable = fn  # the same function again: a module imported twice
         return fn
 
     return register
