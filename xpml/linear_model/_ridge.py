@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, RegressorMixin
+from xpml.exceptions import ConvergenceWarning
 from xpml.linear_model._base import (
     SklearnInputMixin,
     block_rows,
@@ -35,13 +37,13 @@ SKLEARN_SOLVERS = ("cholesky", "lsqr", "sparse_cg", "sag", "saga", "lbfgs")
 def _positive_cd(H, c, /, *, xp, max_iter, tol):
     """Minimise ``½wᵀHw − cᵀw`` over ``w ≥ 0`` (``H`` SPD, ``c`` (d,)) by
     projected coordinate descent; one host sync per sweep. Returns
-    ``(w, sweeps)``."""
+    ``(w, sweeps, converged)``."""
     d = H.shape[0]
     diag = to_numpy(xp.linalg.diagonal(H)).tolist() if d else []  # one sync
     w = [xp.zeros((), dtype=H.dtype, device=_device(H)) for _ in range(d)]
     g = -c  # gradient Hw − c at w = 0
     zero = w[0] if d else None
-    it = 0
+    it, done = 0, False
     for it in range(1, max_iter + 1):
         dw = zero
         for j in range(d):
@@ -55,8 +57,9 @@ def _positive_cd(H, c, /, *, xp, max_iter, tol):
         wv = xp.stack(w) if d else c
         top = float(xp.max(xp.abs(wv))) if d else 0.0  # one sync per sweep
         if not d or float(dw) <= tol * max(top, 1e-300):
+            done = True
             break
-    return (xp.stack(w) if d else xp.zeros_like(c)), it
+    return (xp.stack(w) if d else xp.zeros_like(c)), it, done
 
 
 def _alphas(alpha, n_targets):
@@ -299,7 +302,9 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
                 )
         if solver == "svd":  # the other solvers checked their solve already
             check_finite_result(coef, X, xp=xp, what="coefficients", owner=owner)
-        self.coef_ = coef.T if len(y.shape) == 2 else coef
+        # one target given as a column: coef_ (d,) and intercept_ (1,), as scikit-learn
+        one_col = len(y.shape) == 2 and y.shape[1] == 1
+        self.coef_ = coef[:, 0] if one_col else (coef.T if len(y.shape) == 2 else coef)
         self.intercept_ = y_off - x_off @ coef
         # scikit-learn's names are reported as given (computed as documented)
         self.solver_ = self.solver if self.solver in SKLEARN_SOLVERS else solver
@@ -321,11 +326,19 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
         for t in range(1 if len(y.shape) == 1 else int(y.shape[1])):
             a = float(alphas[min(t, alphas.shape[0] - 1)])
             ct = c if len(y.shape) == 1 else c[:, t]
-            wt, it = _positive_cd(
+            wt, it, done = _positive_cd(
                 G + a * _eye(d, X, xp), ct, xp=xp, max_iter=max_iter, tol=tol
             )
             cols.append(wt)
             iters.append(it)
+            if not done:
+                warnings.warn(
+                    f"The lbfgs solver did not converge in max_iter={max_iter} sweeps "
+                    f"(Ridge(positive=True) is solved by projected coordinate descent "
+                    f"here); increase max_iter or tol",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
         coef = cols[0] if len(y.shape) == 1 else xp.stack(cols, axis=1)
         self.n_iter_ = np.asarray(iters, dtype=np.int32)
         return coef, x_off, y_off
