@@ -215,7 +215,7 @@ def test_partial_fit_classes_rules():
     nb = MultinomialNB().partial_fit(X, [0, 1], classes=[0, 1, 2])
     with pytest.raises(ValueError, match="not the same as on last call"):
         nb.partial_fit(X, [0, 1], classes=[0, 1])
-    with pytest.raises(ValueError, match="Number of features"):
+    with pytest.raises(ValueError, match="X has 3 features, but MultinomialNB"):
         nb.partial_fit(np.ones((2, 3)), [0, 1])
 
 

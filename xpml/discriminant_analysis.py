@@ -11,6 +11,7 @@ posterior is exactly the logistic function ``P(y = 1 | x) = σ(θ₀ + θᵀx)``
 
 from __future__ import annotations
 
+import abc
 import math
 import warnings
 from numbers import Integral, Real
@@ -18,7 +19,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.base import BaseEstimator, ClassifierMixin
+from xpml.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from xpml.linear_model._base import (
     LinearClassifierMixin,
     check_finite_result,
@@ -34,6 +35,15 @@ from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_is_fitted, decode_labels
 
 __all__ = ["LinearDiscriminantAnalysis", "QuadraticDiscriminantAnalysis"]
+
+
+class EstimatorWithFit(abc.ABC):  # noqa: B024 - an isinstance test only
+    """Any object with a ``fit`` method (``isinstance`` test for the constraint
+    of ``covariance_estimator``)."""
+
+    @classmethod
+    def __subclasshook__(cls, C):
+        return True if callable(getattr(C, "fit", None)) else NotImplemented
 
 
 def _class_stats(X, codes, K, sw, /, *, xp):
@@ -206,7 +216,9 @@ def _softmax_proba(Z, /, *, xp):
     return xp.exp(Z - logsumexp(Z, xp=xp, axis=1))
 
 
-class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
+class LinearDiscriminantAnalysis(
+    LinearClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimator
+):
     """Linear discriminant analysis = Gaussian discriminant analysis with one
     shared covariance, fitted in closed form by maximum likelihood.
 
@@ -286,7 +298,7 @@ class LinearDiscriminantAnalysis(LinearClassifierMixin, ClassifierMixin, BaseEst
         "n_components": [None, Interval(Integral, 1, None, closed="left")],
         "store_covariance": ["boolean"],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "covariance_estimator": [None, object],
+        "covariance_estimator": [None, EstimatorWithFit],
     }
     _xpml_tags = {}
 
@@ -501,7 +513,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
         "reg_param": [Interval(Real, 0, 1, closed="both")],
         "store_covariance": ["boolean"],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "covariance_estimator": [None, object],
+        "covariance_estimator": [None, EstimatorWithFit],
     }
     _xpml_tags = {}
 

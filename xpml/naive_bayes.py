@@ -95,11 +95,11 @@ def _posterior_log(jll, log_prior, /, *, xp):
     return jll - logsumexp(jll, xp=xp, axis=1), jll
 
 
-def _first_call(est, classes):
+def _first_call(est, classes, name="classes"):
     """scikit-learn's rule for ``partial_fit``'s ``classes``: required on the first
     call (it sets ``classes_``), equal to ``classes_`` afterwards. True on the first."""
     if classes is not None:
-        wanted, _ = encode_labels(classes, name="classes", min_classes=1)
+        wanted, _ = encode_labels(classes, name=name, min_classes=1)
         if getattr(est, "classes_", None) is not None:
             old, new = to_numpy(est.classes_), to_numpy(wanted)
             if old.shape != new.shape or not np.all(old == new):
@@ -115,20 +115,23 @@ def _first_call(est, classes):
     return False
 
 
-def _validate_partial(est, X, y, classes, sample_weight):
+def _validate_partial(est, X, y, classes, sample_weight, *, name="classes"):
     """``partial_fit``'s validation: ``(ctx, X, codes, sample_weight, first)``,
     the codes taken against ``classes_`` (a batch may hold any subset of it)."""
-    first = _first_call(est, classes)
+    first = _first_call(est, classes, name)
     n_prev = None if first else est.n_features_in_
     ctx, X, y, sw = est._validate_fit_data(X, y, sample_weight, target="none")
     xp = ctx.xp
     if n_prev is not None and X.shape[1] != n_prev:
         raise ValueError(
-            f"Number of features {X.shape[1]} does not match previous data "
-            f"{n_prev} (X has {X.shape[1]} columns)"
+            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
+            f"{n_prev} features as input (the number of features of earlier "
+            f"partial_fit data)"
         )
     if sw is None:
         sw = xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device)
+    if len(y.shape) == 2 and y.shape[1] == 1:  # a column vector (fit warned)
+        y = xp.reshape(y, (-1,)) if not isinstance(y, np.ndarray) else y.ravel()
     try:
         codes = encode_labels_against(est.classes_, y, xp=xp)
     except ValueError as e:
@@ -236,7 +239,9 @@ class _DiscreteNB(_BaseNB):
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
             )
         self.classes_ = None  # start afresh: the classes are those of y
-        return self._accumulate(*_validate_partial(self, X, y, y, sample_weight))
+        return self._accumulate(
+            *_validate_partial(self, X, y, y, sample_weight, name="y")
+        )
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Add one batch's counts (``classes``: every label, needed on the first
@@ -277,7 +282,12 @@ class MultinomialNB(_DiscreteNB):
     [[1.0, 0.0], [0.5, 0.5]]
     """
 
-    _xpml_tags = {"data": "counts", "poor_score": True, "positive_only": True}
+    _xpml_tags = {
+        "data": "counts",
+        "poor_score": True,
+        "positive_only": True,
+        "one_class_ok": True,
+    }
 
     def __init__(
         self, *, alpha=1.0, force_alpha=True, fit_prior=True, class_prior=None
@@ -346,7 +356,7 @@ class BernoulliNB(_DiscreteNB):
         **_DiscreteNB._parameter_constraints,
         "binarize": [None, Interval(Real, None, None)],  # finite: NaN compares false
     }
-    _xpml_tags = {"poor_score": True}
+    _xpml_tags = {"poor_score": True, "one_class_ok": True}
 
     def __init__(
         self,
