@@ -19,7 +19,6 @@ distributed = pytest.importorskip("distributed")
 from xpml.base import clone  # noqa: E402
 from xpml.cluster import KMeans  # noqa: E402
 from xpml.decomposition import PCA  # noqa: E402
-from xpml.discriminant_analysis import LinearDiscriminantAnalysis  # noqa: E402
 from xpml.kernel_approximation import Nystroem, RandomFourierFeatures  # noqa: E402
 from xpml.kernel_ridge import KernelRidge  # noqa: E402
 from xpml.linear_model import LinearRegression, LogisticRegression, Ridge  # noqa: E402
@@ -78,8 +77,6 @@ CASES = [
     (KMeans(n_clusters=4, init="forgy", n_init=2, max_iter=4, random_state=0), None),
     (Nystroem(n_components=30, gamma=0.2, random_state=0), None),
     (RandomFourierFeatures(n_components=30, gamma="scale", random_state=0), None),
-    (LinearDiscriminantAnalysis(), "c3"),
-    (LinearDiscriminantAnalysis(shrinkage=0.3), "c2"),
 ]
 OTHER_CHUNKINGS = (
     0,
@@ -139,7 +136,6 @@ def test_fit_matches_single_machine(client, case, chunking):
         (LinearRegression(), "y"),
         (Ridge(alpha=1.0), "y"),
         (GaussianNB(), "c2"),
-        (LinearDiscriminantAnalysis(), "c3"),
         (LogisticRegression(), "c3"),
         (KMeans(n_clusters=3, init=X[[0, 200, 400]]), None),
     ],
