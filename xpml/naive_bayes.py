@@ -12,6 +12,11 @@ features contribute nothing and never make a NaN). When **every** class is
 ``−∞`` for a row (each class has an unseen feature there) the evidence is
 self-contradictory; such rows fall back to the class prior: their posterior is
 ``π`` and ``predict`` returns the most probable class a priori. No NaN leaks out.
+
+``partial_fit`` learns from batches: the discrete models add counts; Gaussian NB
+pools each class's weighted mean and variance with the batch's (Chan, Golub &
+LeVeque's update), so batches give ``fit`` on their union (``ε`` is taken from
+the latest batch, as scikit-learn). SciPy sparse input is not accepted yet.
 """
 
 from __future__ import annotations
@@ -254,9 +259,12 @@ class MultinomialNB(_DiscreteNB):
 
     Parameters
     ----------
-    alpha : float ≥ 0, default=1.0
-        Additive smoothing: ``p_kj = (N_kj + α) / (N_k + αd)``. ``α = 0`` is
-        allowed (maximum likelihood; see the module notes on ``−∞``).
+    alpha : float ≥ 0 or array-like (d,), default=1.0
+        Additive smoothing: ``p_kj = (N_kj + α_j) / (N_k + Σ_j α_j)``. ``α = 0``
+        is allowed (maximum likelihood; see the module notes on ``−∞``).
+    force_alpha : bool, default=True
+        Keep ``alpha`` as given; False raises values below 1e-10 to 1e-10 with
+        a warning (scikit-learn's rule).
     fit_prior : bool, default=True
         Learn class priors from the data; False gives uniform priors.
     class_prior : array-like (K,) or None
@@ -324,8 +332,10 @@ class BernoulliNB(_DiscreteNB):
 
     Parameters
     ----------
-    alpha : float ≥ 0, default=1.0
+    alpha : float ≥ 0 or array-like (d,), default=1.0
         Smoothing: ``p_kj = (N_kj + α) / (N_k + 2α)``.
+    force_alpha : bool, default=True
+        As :class:`MultinomialNB`.
     binarize : float or None, default=0.0
         Threshold: features ``> binarize`` count as present. None: ``X`` is
         already binary.
@@ -404,6 +414,8 @@ class GaussianNB(_BaseNB):
     Parameters
     ----------
     priors : array-like (K,) or None, default=None
+        Fixed class priors: non-negative, summing to one (checked as
+        scikit-learn); None uses the (weighted) class frequencies.
     var_smoothing : float, default=1e-9
         ``var_smoothing · max_j Var(x_j)`` is added to every variance
         (scikit-learn's rule), for stability.
