@@ -276,6 +276,13 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
         n, d = X.shape
+        if not self.alpha:  # scikit-learn's warning (and advice)
+            warnings.warn(
+                "With alpha=0, this algorithm does not converge well. You are advised "
+                "to use the LinearRegression estimator",
+                UserWarning,
+                stacklevel=2,
+            )
         if weighted:  # scikit-learn rescales the weights to sum to n
             sw = sw * (n / xp.sum(sw))
         Xs, ys, x_off, y_off, _ = center_data(
