@@ -263,3 +263,108 @@ def test_n_neighbors_is_positional_as_sklearn():
 
     for Est in (NearestNeighbors, KNeighborsClassifier, KNeighborsRegressor):
         assert Est(3).n_neighbors == 3
+
+
+METRIC_CASES = [
+    ("euclidean", 2),
+    ("sqeuclidean", 2),
+    ("manhattan", 2),
+    ("cityblock", 2),
+    ("l1", 2),
+    ("chebyshev", 2),
+    ("minkowski", 1),
+    ("minkowski", 2),
+    ("minkowski", 3),
+    ("minkowski", 1.5),
+    ("minkowski", np.inf),
+    ("cosine", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def tie_free():
+    r = np.random.default_rng(7)
+    return r.standard_normal((400, 5)), r.standard_normal((60, 5))
+
+
+@pytest.mark.parametrize("metric,p", METRIC_CASES)
+def test_metrics_equal_sklearn(xp, tie_free, metric, p):
+    # indices exactly on tie-free data, distances (metric units) to rtol 1e-10
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    X, Q = tie_free
+    ref = SK(n_neighbors=6, metric=metric, p=p, algorithm="brute").fit(X)
+    want_d, want_i = ref.kneighbors(Q)
+    algorithms = ["brute", "kd_tree"] if xp.name == "numpy" else ["brute"]
+    for algorithm in algorithms:
+        est = NearestNeighbors(n_neighbors=6, metric=metric, p=p, algorithm=algorithm)
+        d, i = est.fit(xp.asarray(X)).kneighbors(xp.asarray(Q))
+        np.testing.assert_array_equal(xp.to_numpy(i), want_i, err_msg=algorithm)
+        np.testing.assert_allclose(xp.to_numpy(d), want_d, rtol=1e-10, atol=1e-14)
+    r = float(np.median(want_d))
+    got_d, got_i = est.radius_neighbors(xp.asarray(Q), r, sort_results=True)
+    ref_d, ref_i = ref.radius_neighbors(Q, r, sort_results=True)
+    for a, b, c, e in zip(got_i, ref_i, got_d, ref_d):
+        np.testing.assert_array_equal(xp.to_numpy(a), b)
+        np.testing.assert_allclose(xp.to_numpy(c), e, rtol=1e-10, atol=1e-14)
+
+
+def test_metric_aliases_params_and_classifier(tie_free):
+    from sklearn.neighbors import KNeighborsClassifier as SKC
+    from sklearn.neighbors import KNeighborsRegressor as SKR
+
+    X, Q = tie_free
+    y = (X[:, 0] > 0).astype(int)
+    a = NearestNeighbors(n_neighbors=4, metric="infinity").fit(X).kneighbors(Q)
+    b = NearestNeighbors(n_neighbors=4, metric="chebyshev").fit(X).kneighbors(Q)
+    np.testing.assert_array_equal(a[1], b[1])
+    # metric_params' p overrides p (as scikit-learn)
+    c = NearestNeighbors(n_neighbors=4, p=2, metric_params={"p": 1}).fit(X)
+    np.testing.assert_array_equal(
+        c.kneighbors(Q)[1], NearestNeighbors(n_neighbors=4, p=1).fit(X).kneighbors(Q)[1]
+    )
+    with pytest.raises(ValueError, match="metric_params has unsupported keys"):
+        NearestNeighbors(metric_params={"w": 1}).fit(X)
+    for metric in ("manhattan", "cosine"):
+        kw = {"n_neighbors": 5, "weights": "distance", "metric": metric}
+        got = KNeighborsClassifier(**kw).fit(X, y).predict_proba(Q)
+        want = SKC(algorithm="brute", **kw).fit(X, y).predict_proba(Q)
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+        got = KNeighborsRegressor(**kw).fit(X, X[:, 1]).predict(Q)
+        want = SKR(algorithm="brute", **kw).fit(X, X[:, 1]).predict(Q)
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_radius_neighbors_as_sklearn(xp, tie_free):
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    X, Q = tie_free
+    ours = NearestNeighbors(radius=1.5).fit(xp.asarray(X))
+    ref = SK(radius=1.5).fit(X)
+    # default radius, unsorted (by index), X=None excludes each point itself
+    for q, qr in ((xp.asarray(Q), Q), (None, None)):
+        d, i = ours.radius_neighbors(q)
+        dr, ir = ref.radius_neighbors(qr)
+        assert i.dtype == object and len(i) == len(ir)
+        for a, b, c, e in zip(i, ir, d, dr):
+            np.testing.assert_array_equal(xp.to_numpy(a), np.sort(b))
+            np.testing.assert_allclose(xp.to_numpy(c), e[np.argsort(b)], rtol=1e-10)
+    ind = ours.radius_neighbors(xp.asarray(Q), 0.5, return_distance=False)
+    assert sum(a.shape[0] for a in ind) == sum(
+        len(a) for a in ref.radius_neighbors(Q, 0.5)[1]
+    )
+    with pytest.raises(ValueError, match="return_distance must be True"):
+        ours.radius_neighbors(xp.asarray(Q), return_distance=False, sort_results=True)
+    with pytest.raises(ValueError, match="radius must be a non-negative"):
+        ours.radius_neighbors(xp.asarray(Q), -1.0)
+
+
+def test_all_zero_weights_raise_as_sklearn(rng):
+    X = rng.normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    est = KNeighborsClassifier(3, weights=lambda d: np.zeros_like(d)).fit(X, y)
+    for method in (est.predict, est.predict_proba):
+        with pytest.raises(
+            ValueError, match="All neighbors of some sample is getting zero weights"
+        ):
+            method(X)

@@ -41,11 +41,13 @@ after that many (once it holds ``k`` candidates): the approximate mode.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.kernels import (
+    _l1_distances,
     block_rows_for,
     point_factor,
     query_factor,
@@ -54,15 +56,18 @@ from xpml.kernels import (
 from xpml.linalg import host_threads, map_row_blocks
 from xpml.utils._array_api import (
     device,
+    eps,
     is_numpy_namespace,
     is_torch_namespace,
     itemsize,
     memory_budget,
 )
+from xpml.utils._array_api import memory_budget as memory_budget_bytes
 
 __all__ = [
     "topk_smallest",
     "exhaustive_kneighbors",
+    "exhaustive_radius",
     "build_kd_tree",
     "kd_tree_kneighbors",
     "recall_at_k",
@@ -214,6 +219,43 @@ def topk_smallest(D, k, /, *, xp, method="auto"):
     raise ValueError(f"method must be one of {TOPK_METHODS}; got {method!r}")
 
 
+# ---------------------------------------------------------------- metrics
+# A search ranks by a *rank measure* ``r`` monotone in the metric's distance:
+# ``p`` a number: ``Σ_j |q_j − x_j|^p`` (``max_j |q_j − x_j|`` for p = ∞; for
+# p = 2 the squared Euclidean distance); ``p = "cosine"``: ``−q·x`` on unit rows
+# (the caller normalises), measured for the k returned as ``1 − q·x``.
+
+
+def _rank_block(Qb, Xc, p, /, *, xp):
+    """Rank measures (b, m) of a query block against training rows ``Xc`` for
+    the non-Gram metrics, accumulated one feature at a time: a few (b, m)
+    arrays of workspace instead of the (b, m, d) difference tensor."""
+    if p == 1:
+        return _l1_distances(Qb, Xc, xp=xp)
+    D = None
+    for j in range(Qb.shape[1]):
+        t = xp.abs(Qb[:, j : j + 1] - Xc[:, j][None, :])
+        if p == math.inf:
+            D = t if D is None else xp.maximum(D, t)
+        else:
+            t = t**p
+            D = t if D is None else D + t
+    return D
+
+
+def _direct_rank(Q, P, p, /, *, xp):
+    """Rank measures of ``Q`` (b, d) against ``P`` (b, k, d), measured directly."""
+    if p == 2:
+        return _direct_sq_distances(Q, P, xp=xp)
+    if p == "cosine":
+        cos = xp.sum(P * Q[:, None, :], axis=2)
+        return xp.clip(1.0 - cos, 0.0, 2.0)
+    diff = xp.abs(P - Q[:, None, :])
+    if p == math.inf:
+        return xp.max(diff, axis=2)
+    return xp.sum(diff if p == 1 else diff**p, axis=2)
+
+
 _NUMPY_TILE_BYTES = 64 * 2**20
 """NumPy: distance-block workspace per thread for the exhaustive search
 (measured at n = 20k on 2 cores: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s), never
@@ -253,26 +295,48 @@ def _tiling(n_q, X, k, /, *, xp, block_rows=None, block_cols=None, budget=None):
     return _Tiling(rows, cols)
 
 
-def _search_block(Qb, X, Xf, k, tiling, /, *, xp, topk):
+def _score_block(Qa, Xc, Xfc, p, /, *, xp):
+    """Ranking scores of a query block against training rows ``Xc`` (their
+    factors ``Xfc``): one product for the Gram metrics (``‖x‖² − 2q·x``,
+    ``−q·x``), else :func:`_rank_block`."""
+    if p == 2 or p == "cosine":
+        return Qa @ Xfc.T
+    return _rank_block(Qa, Xc, p, xp=xp)
+
+
+def _search_block(Qb, X, Xf, k, tiling, /, *, xp, topk, p=2):
     """The k nearest training rows of a block of queries: top-k of each column
-    block's ranking scores ``‖x‖² − 2q·x``, merged, then measured exactly."""
+    block's ranking scores, merged, then measured exactly."""
     n = X.shape[0]
-    Qa = query_factor(Qb, xp=xp)
+    Qa = _query_side(Qb, p, xp=xp)
     cand_d, cand_i = [], []
     for c0 in range(0, n, tiling.cols):
         c1 = min(c0 + tiling.cols, n)
-        v, p = topk_smallest(Qa @ Xf[c0:c1, :].T, min(k, c1 - c0), xp=xp, method=topk)
+        D = _score_block(Qa, X[c0:c1, :], Xf[c0:c1, :], p, xp=xp)
+        v, p_ = topk_smallest(D, min(k, c1 - c0), xp=xp, method=topk)
         cand_d.append(v)
-        cand_i.append(xp.astype(p, xp.int64) + c0)
+        cand_i.append(xp.astype(p_, xp.int64) + c0)
     if len(cand_i) == 1:
         ind = cand_i[0]
     else:
         # candidates are grouped by increasing index and sorted by (value, index)
         # within a group, so a stable sort on values keeps the (value, index) rule
         V, P = xp.concat(cand_d, axis=1), xp.concat(cand_i, axis=1)
-        _, p = topk_smallest(V, k, xp=xp, method="sort")
-        ind = xp.take_along_axis(P, p, axis=1)
-    return _refine(Qb, X, ind, xp=xp)
+        _, p_ = topk_smallest(V, k, xp=xp, method="sort")
+        ind = xp.take_along_axis(P, p_, axis=1)
+    return _refine(Qb, X, ind, xp=xp, p=p)
+
+
+def _query_side(Qb, p, /, *, xp):
+    if p == 2:
+        return query_factor(Qb, xp=xp)
+    return -Qb if p == "cosine" else Qb
+
+
+def _point_side(X, p, /, *, xp, X_norms=None):
+    if p == 2:
+        return point_factor(X, xp=xp, Z_norms=X_norms)
+    return X
 
 
 def exhaustive_kneighbors(
@@ -287,6 +351,7 @@ def exhaustive_kneighbors(
     block_cols=None,
     memory_budget=None,
     topk="auto",
+    p=2,
 ):
     """Exact k nearest training rows of each query by tiled exhaustive search.
 
@@ -309,13 +374,16 @@ def exhaustive_kneighbors(
     topk : {"auto", "threshold", "partition", "sort"}
         The per-block selection (see :func:`topk_smallest`); all give the same
         neighbours.
+    p : float or "cosine", default=2
+        The metric (see the rank measures above): Minkowski ``p`` (``math.inf``
+        for Chebyshev), or "cosine" with unit-norm rows ``Q`` and ``X``.
 
     Returns
     -------
-    sq_dist : array (n_queries, k)
-        Squared Euclidean distances of the selected neighbours, measured
-        directly as ``Σ (q − x)²`` (see :func:`_direct_sq_distances`),
-        increasing along each row.
+    rank : array (n_queries, k)
+        Rank measures of the selected neighbours (for p = 2 the squared
+        Euclidean distances), measured directly as ``Σ (q − x)²`` (see
+        :func:`_direct_sq_distances`), increasing along each row.
     indices : array (n_queries, k), int64
         Training indices, ordered by (distance, index).
     """
@@ -329,14 +397,12 @@ def exhaustive_kneighbors(
         block_cols=block_cols,
         budget=memory_budget,
     )
-    if X_norms is None:
-        X_norms = sq_norms(X, xp=xp)
     # rank by ‖x‖² − 2q·x (the distance less ‖q‖²): one product per block, no clamp;
     # the k selected are then measured exactly by _refine
-    Xf = point_factor(X, xp=xp, Z_norms=X_norms)
+    Xf = _point_side(X, p, xp=xp, X_norms=X_norms)
 
     def block(r0, r1):
-        return _search_block(Q[r0:r1, :], X, Xf, k, tiling, xp=xp, topk=topk)
+        return _search_block(Q[r0:r1, :], X, Xf, k, tiling, xp=xp, topk=topk, p=p)
 
     results = map_row_blocks(block, n_q, tiling.rows, xp=xp)
     if len(results) == 1:
@@ -345,6 +411,54 @@ def exhaustive_kneighbors(
         xp.concat([r[0] for r in results], axis=0),
         xp.concat([r[1] for r in results], axis=0),
     )
+
+
+def _radius_block(Qb, X, Xf, thr, p, /, *, xp):
+    """(rows, cols, rank) of the pairs of a query block with rank measure
+    ``<= thr``: candidates by the block scores with a rounding margin, then
+    measured directly (so the test is exact)."""
+    D = _score_block(_query_side(Qb, p, xp=xp), X, Xf, p, xp=xp)
+    if p == 2:  # the score lacks ‖q‖², and loses about eps·(‖q‖² + ‖x‖²)
+        qn = sq_norms(Qb, xp=xp)[:, None]
+        D = D + qn
+        slack = 64 * eps(X.dtype, xp) * (qn + xp.max(Xf[:, -1]))
+    else:
+        if p == "cosine":  # the score is −q·x: the distance less 1
+            D = D + 1.0
+        slack = 64 * eps(X.dtype, xp) * (1.0 + abs(thr))
+    rows, cols = xp.nonzero(D <= thr + slack)
+    P = xp.take(X, cols, axis=0)[:, None, :]
+    r = _direct_rank(xp.take(Qb, rows, axis=0), P, p, xp=xp)[:, 0]
+    keep = xp.nonzero(r <= thr)[0]
+    return xp.take(rows, keep), xp.take(cols, keep), xp.take(r, keep)
+
+
+def exhaustive_radius(Q, X, thr, /, *, xp, p=2, memory_budget=None):
+    """Every training row within rank measure ``thr`` of each query (for p = 2
+    ``thr`` is the squared radius; "cosine": ``1 − q·x <= thr`` on unit rows).
+
+    Returns
+    -------
+    rows, cols : arrays (m,), int64
+        Query and training indices of the pairs, by increasing (row, col).
+    rank : array (m,)
+        Their rank measures, measured directly.
+    """
+    n_q, n = Q.shape[0], X.shape[0]
+    rows_per_block = block_rows_for(
+        n,
+        X.shape[1],
+        itemsize(X.dtype, xp),
+        kernel="linear",
+        memory_budget=memory_budget_bytes(memory_budget) / 2,
+    )
+    Xf = _point_side(X, p, xp=xp)
+    parts = []
+    for r0 in range(0, n_q, rows_per_block):
+        r1 = min(r0 + rows_per_block, n_q)
+        rows, cols, r = _radius_block(Q[r0:r1, :], X, Xf, thr, p, xp=xp)
+        parts.append((xp.astype(rows, xp.int64) + r0, xp.astype(cols, xp.int64), r))
+    return tuple(xp.concat([part[i] for part in parts]) for i in range(3))
 
 
 def _direct_sq_distances(Q, P, /, *, xp):
@@ -359,12 +473,12 @@ def _direct_sq_distances(Q, P, /, *, xp):
     return xp.sum(diff * diff, axis=2)
 
 
-def _refine(Qb, X, ind, /, *, xp):
+def _refine(Qb, X, ind, /, *, xp, p=2):
     """Exact distances of the selected neighbours, re-ordered by (distance, index)."""
     b, k = ind.shape
     ind = xp.sort(ind, axis=1)
     P = xp.reshape(xp.take(X, xp.reshape(ind, (-1,)), axis=0), (b, k, X.shape[1]))
-    d2 = _direct_sq_distances(Qb, P, xp=xp)
+    d2 = _direct_rank(Qb, P, p, xp=xp)
     order = xp.argsort(d2, axis=1, stable=True)
     return xp.take_along_axis(d2, order, axis=1), xp.take_along_axis(ind, order, axis=1)
 
@@ -450,10 +564,22 @@ def _home_leaves(tree, Q):
     return tree["leaf"][node]
 
 
-def _sq_distances_by_dim(Qb, P):
+def _gap_rank(gap, p):
+    """Rank measure of the per-dimension gaps (last axis) to a leaf box: a
+    lower bound on the rank measure to every point in the box."""
+    if p == 2:
+        return np.einsum("...j,...j->...", gap, gap)
+    if p == math.inf:
+        return gap.max(axis=-1)
+    return (gap if p == 1 else gap**p).sum(axis=-1)
+
+
+def _sq_distances_by_dim(Qb, P, p=2):
     """``‖q − p‖²`` for queries ``Qb`` (b, d) against points ``P`` (m, d), summed
     one coordinate at a time in the order of :func:`_direct_sq_distances` (so
     the values are the same); fast for the k-d tree's small d."""
+    if p != 2:
+        return _rank_block(Qb, P, p, xp=np)
     d2 = None
     for j in range(Qb.shape[1]):
         diff = Qb[:, j, None] - P[None, :, j]
@@ -461,28 +587,28 @@ def _sq_distances_by_dim(Qb, P):
     return d2
 
 
-def _batch_radius(tree, X, Qb, k):
+def _batch_radius(tree, X, Qb, k, p=2):
     """An upper bound on every query's k-th squared distance in the batch: the
     largest k-th distance among the points of the leaves touching the batch's
     bounding box (∞ when they hold fewer than ``k`` points)."""
-    near = _batch_candidates(tree, Qb, 0.0)
+    near = _batch_candidates(tree, Qb, 0.0, p)
     if near.shape[0] < k:
         return np.inf
-    d2 = _sq_distances_by_dim(Qb, X[near])
+    d2 = _sq_distances_by_dim(Qb, X[near], p)
     return float(np.partition(d2, k - 1, axis=1)[:, k - 1].max())
 
 
-def _batch_candidates(tree, Qb, radius):
+def _batch_candidates(tree, Qb, radius, p=2):
     """Training indices (increasing) in the leaves whose box is within
     ``radius`` (squared) of the batch's bounding box: every query's k nearest."""
     lo, hi = tree["lo"], tree["hi"]
     gap = np.maximum(lo - Qb.max(axis=0), 0) + np.maximum(Qb.min(axis=0) - hi, 0)
-    near = np.einsum("lj,lj->l", gap, gap) * (1.0 - 1e-12) <= radius
+    near = _gap_rank(gap, p) * (1.0 - 1e-12) <= radius
     ids = tree["leaf_points"][near].reshape(-1)
     return np.sort(ids[ids >= 0])
 
 
-def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16):
+def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16, p=2):
     """k nearest neighbours of host queries ``Q`` in host data ``X`` with a tree
     from :func:`build_kd_tree`.
 
@@ -493,15 +619,18 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16):
     batch is searched exhaustively among the candidates' points (vectorised
     over the batch; one bound test per leaf per batch). With ``max_leaves``:
     best-bin-first over at most that many leaves per query (approximate).
+    ``p``: the Minkowski metric (``math.inf``: Chebyshev); leaf boxes bound
+    any such norm, so the search is exact for every ``p > 0``.
 
     Returns
     -------
-    sq_dist : ndarray (n_queries, k)
+    rank : ndarray (n_queries, k)
+        Rank measures (for p = 2 squared distances).
     indices : ndarray (n_queries, k), int64, ordered by (distance, index)
     """
     X, Q = np.asarray(X), np.asarray(Q)
     if max_leaves is not None:
-        return _best_bin_first(tree, X, Q, k, max_leaves)
+        return _best_bin_first(tree, X, Q, k, max_leaves, p=p)
     home = _home_leaves(tree, Q)
     order = np.argsort(home, kind="stable")
     out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
@@ -509,15 +638,15 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16):
     for b0 in range(0, Q.shape[0], batch):
         rows = order[b0 : b0 + batch]
         Qb = Q[rows]
-        radius = _batch_radius(tree, X, Qb, k)
-        cand = _batch_candidates(tree, Qb, radius)
-        d2 = _sq_distances_by_dim(Qb, X[cand])
+        radius = _batch_radius(tree, X, Qb, k, p)
+        cand = _batch_candidates(tree, Qb, radius, p)
+        d2 = _sq_distances_by_dim(Qb, X[cand], p)
         vals, pos = topk_smallest(d2, k, xp=np, method="partition")
         out_d[rows], out_i[rows] = vals, cand[pos]
     return out_d, out_i
 
 
-def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22):
+def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
     """Approximate search: each query visits leaves in increasing order of the
     squared distance to their box, at most ``max_leaves`` of them (more only
     while it holds fewer than ``k`` candidates)."""
@@ -533,7 +662,7 @@ def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22):
         gap = np.maximum(lo[None] - Qc[:, None], 0) + np.maximum(
             Qc[:, None] - hi[None], 0
         )
-        bound = np.einsum("clj,clj->cl", gap, gap)
+        bound = _gap_rank(gap, p)
         order = np.argsort(bound, axis=1, kind="stable")
         bound = np.take_along_axis(bound, order, axis=1)
         best_d = np.full((Qc.shape[0], k), np.inf, dtype=X.dtype)
@@ -546,7 +675,7 @@ def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22):
             if active.size == 0:
                 break
             ids = leaf_points[order[active, r]]
-            dist = _direct_sq_distances(Qc[active], X[np.maximum(ids, 0)], xp=np)
+            dist = _direct_rank(Qc[active], X[np.maximum(ids, 0)], p, xp=np)
             dist[ids < 0] = np.inf
             vals = np.concatenate([best_d[active], dist], axis=1)
             cand = np.concatenate([best_i[active], np.where(ids < 0, n, ids)], axis=1)
