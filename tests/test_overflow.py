@@ -76,7 +76,6 @@ def test_fit_at_1e300_names_the_overflow(name):
 
 
 @pytest.mark.parametrize("name", ["SVC", "LinearSVC"])
-@pytest.mark.xfail(strict=False, reason="SVMs are being fixed by another engineer")
 def test_svm_fit_at_1e300_names_the_overflow(name):
     from xpml import svm
 
