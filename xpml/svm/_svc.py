@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.exceptions import ConvergenceWarning
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, SMOOptions, smo_solve
@@ -426,13 +425,12 @@ class SVC(ClassifierMixin, BaseEstimator):
         if self.probability:
             self._fit_platt(data, codes, Cs, pairs=pairs, xp=xp)
         if not all(r.converged for r in results):
-            warnings.warn(
+            warn(
+                ConvergenceWarning,
                 f"Solver terminated early (max_iter={self.max_iter}, or no progress at the "
                 f"floating-point floor) with KKT violation "
                 f"{max(r.gap for r in results):.3g} > tol={self.tol}. Consider "
                 f"pre-processing your data with StandardScaler or raising max_iter.",
-                ConvergenceWarning,
-                stacklevel=2,
             )
         return self._fitted(ctx)
 
