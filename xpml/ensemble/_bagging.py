@@ -168,7 +168,7 @@ class _BaseBagging(BaseEstimator):
             )
             lens = np.asarray([len(z) for z in nz])
             rngs = [r for _, r in job.draws[a:b]]
-            return grow(X, y, ids, w, lens, params, xp=xp, rngs=rngs)
+            return grow(X, y, ids, w, lens, params=params, xp=xp, rngs=rngs)
 
         weights = [b - a for a, b in groups]
         res = parallel_map(

@@ -99,7 +99,7 @@ class _BaseDecisionTree(BaseEstimator):
         w = xp.take(sw, ids)
         rng = check_random_state(self.random_state)
         n_kept = np.asarray([int(ids.shape[0])])
-        trees, stats = grow(X, y, ids, w, n_kept, params, xp=xp, rngs=[rng])
+        trees, stats = grow(X, y, ids, w, n_kept, params=params, xp=xp, rngs=[rng])
         self._grow_stats = stats
         self._set_tree(trees[0], ctx, X.dtype)
         return self

@@ -151,7 +151,7 @@ def _impurity_host(stats, W, params):
     return np.maximum(h, 0.0)
 
 
-def _splittable(depth, n, stats, W, impurity, params):
+def _splittable(depth, n, stats, W, impurity, *, params):
     """scikit-learn's stopping rules, plus the purity fraction."""
     ok = (depth < params.max_depth) & (n >= params.min_samples_split)
     ok &= (n >= 2 * params.min_samples_leaf) & (impurity > EPSILON)
@@ -227,7 +227,7 @@ class _Entries:
 
 
 # ------------------------------------------------------------------- growth
-def grow(X, y, samp, sampw, root_lens, params, *, xp, rngs=None, budget=None):
+def grow(X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None):
     """Grow ``len(root_lens)`` trees at once.
 
     Parameters
@@ -321,7 +321,7 @@ def _grow_roots(g, samp, sampw, root_lens):
     ids = g.table.add(
         tree=np.arange(R), depth=depth0, n=root_lens, W=W, stats=stats, impurity=imp
     )
-    is_open = _splittable(depth0, root_lens, stats, W, imp, g.params)
+    is_open = _splittable(depth0, root_lens, stats, W, imp, params=g.params)
     return _Level(ids[is_open], starts[is_open], samp, sampw)
 
 
@@ -685,7 +685,7 @@ def _accept(g, blk, h, known):
     table.cols["threshold"][pid] = h[a, 3]
     table.cols["left"][pid] = cids[0::2]
     table.cols["right"][pid] = cids[1::2]
-    c_open = _splittable(c_depth, c_n, c_stats, c_W, c_imp, params)
+    c_open = _splittable(c_depth, c_n, c_stats, c_W, c_imp, params=params)
     if not c_open.any():
         return None
     shift = _interleave(np.zeros(len(a), np.int64), hp[a] + 1)
