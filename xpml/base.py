@@ -30,6 +30,7 @@ import array_api_compat
 
 from xpml._backend import enter, move
 from xpml._dask import route as _route_dask
+from xpml._typing import Array, ArrayLike
 from xpml.utils._param_validation import validate_params
 from xpml.utils._tree import tree_update
 from xpml.utils.validation import (
@@ -366,7 +367,9 @@ class ClassifierMixin:
 
     _estimator_type = "classifier"
 
-    def score(self, X, y, sample_weight=None):
+    def score(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> float:
         from xpml.metrics import accuracy_score
 
         return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
@@ -377,7 +380,9 @@ class RegressorMixin:
 
     _estimator_type = "regressor"
 
-    def score(self, X, y, sample_weight=None):
+    def score(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> float:
         from xpml.metrics import r2_score
 
         return r2_score(y, self.predict(X), sample_weight=sample_weight)
@@ -388,7 +393,9 @@ class TransformerMixin:
 
     _estimator_type = "transformer"
 
-    def fit_transform(self, X, y=None, **fit_params):
+    def fit_transform(
+        self, X: ArrayLike, y: ArrayLike | None = None, **fit_params
+    ) -> Array:
         return self.fit(X, y, **fit_params).transform(X)
 
 
@@ -397,7 +404,9 @@ class ClusterMixin:
 
     _estimator_type = "clusterer"
 
-    def fit_predict(self, X, y=None, **fit_params):
+    def fit_predict(
+        self, X: ArrayLike, y: ArrayLike | None = None, **fit_params
+    ) -> Array:
         return self.fit(X, y, **fit_params).labels_
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import check_finite_result, linalg_errors
 from xpml.utils._array_api import device as _device
@@ -72,7 +73,7 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
         return 2.0 * xp.astype(xp.reshape(codes, (-1,)), dtype) - 1.0  # (n,) or (n, 1)
 
     # ---------------------------------------------------------------- API
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Forget everything, then make ``n_epochs`` passes over the rows in
         order; returns self."""
         if y is None:
@@ -88,7 +89,7 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
             self.partial_fit(X, y)
         return self
 
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, classes=None) -> Self:
         """Process the rows of one batch in order (one update per row).
 
         Parameters
@@ -135,13 +136,13 @@ class _OnlineBinary(ClassifierMixin, BaseEstimator):
         w = ctx.take(self.coef_)
         return w, ctx.take(self.intercept_)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Scores ``w·x + b`` (n,); positive means ``classes_[1]``."""
         ctx, X = self._validate_predict_data(X)
         w, b = self._weights(ctx)
         return ctx.out(X @ w + b)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Class labels (n,); a zero score predicts ``classes_[0]``."""
         ctx, X = self._validate_predict_data(X)
         w, b = self._weights(ctx)

@@ -39,6 +39,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import ArrayLike, Self
 from xpml.base import BaseEstimator, ClusterMixin
 from xpml.kernels import sq_distances
 from xpml.utils._array_api import device, fast_path, portable
@@ -318,7 +319,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         self.linkage = linkage
         self.distance_threshold = distance_threshold
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Build the full merge tree and cut it; returns self."""
         if (self.n_clusters is None) == (self.distance_threshold is None):
             self._validate_params()

@@ -18,6 +18,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
 from xpml.kernels import (
     block_rows_for,
@@ -388,7 +389,12 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.memory_budget = memory_budget
         self.algorithm = algorithm
 
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> Self:
         """Run Lloyd's iterations from ``n_init`` initialisations; returns self."""
         ctx, X, _, w = self._validate_fit_data(X, None, sample_weight)
         xp = ctx.xp
@@ -448,11 +454,16 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 best = run
         return best
 
-    def fit_predict(self, X, y=None, sample_weight=None):
+    def fit_predict(
+        self,
+        X: ArrayLike,
+        y: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> Array:
         """Fit and return ``labels_``."""
         return self.fit(X, sample_weight=sample_weight).labels_
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Index of the nearest centre (the smallest index on a tie)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
@@ -465,13 +476,18 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         )
         return ctx.out(xp.astype(labels, xp.int64))
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """Euclidean distances to every centre, (n_samples, n_clusters)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         return ctx.out(xp.sqrt(sq_distances(X, ctx.take(self.cluster_centers_), xp=xp)))
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(
+        self,
+        X: ArrayLike,
+        y: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> float:
         """Minus the inertia of ``X`` against the fitted centres."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp

@@ -8,6 +8,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, clone
 from xpml.nn.layers import Dense, ReLU
 from xpml.nn.sequential import Sequential
@@ -168,7 +169,7 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
             )
         return xp.reshape(X, (X.shape[0],) + shape)
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Train the network; returns self."""
         _check_not_continuous(y)
         ctx, X, y, _ = self._validate_fit_data(X, y, target="classes", x_ndim=(2, 4))
@@ -242,12 +243,12 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
         ]
         return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities ``(n, k)``, in the caller's library."""
         ctx, X = self._validate_predict_data(X, x_ndim=(2, 4))
         return ctx.out(self.model_.loss_.proba(self._logits(X, ctx), xp=ctx.xp))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Predicted class labels."""
         ctx, X = self._validate_predict_data(X, x_ndim=(2, 4))
         Z = self._logits(X, ctx)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 from xpml._backend import enter
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import Persistable
 from xpml.nn.losses import LogisticLoss, MSELoss, get_loss
 from xpml.nn.optim import get_optimiser
@@ -211,8 +212,8 @@ class Sequential(Persistable):
 
     def fit(
         self,
-        X,
-        y,
+        X: ArrayLike,
+        y: ArrayLike,
         *,
         epochs=10,
         batch_size=32,
@@ -221,7 +222,7 @@ class Sequential(Persistable):
         patience=None,
         min_delta=0.0,
         verbose=False,
-    ):
+    ) -> Self:
         """Train by minibatch gradient descent; returns self.
 
         Parameters
@@ -316,7 +317,7 @@ class Sequential(Persistable):
         self.eval()
         return self.forward(X)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities ``(n, k)`` (softmax, or sigmoid for the logistic loss)."""
         ctx, X, _ = self._enter(X)
         loss = get_loss(self.loss)
@@ -327,7 +328,7 @@ class Sequential(Persistable):
             )
         return ctx.out(loss.proba(self._output(X), xp=ctx.xp))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Class codes (classification losses) or the network output (MSE)."""
         ctx, X, _ = self._enter(X)
         return ctx.out(self._predict(self._output(X), ctx.xp))

@@ -57,6 +57,7 @@ import array_api_extra as xpx
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, warn
 from xpml.utils._array_api import device, eps
@@ -598,7 +599,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         kind = "hinge" if self.loss == "hinge" else "squared_hinge"
         return _Loss(X, Y, costs, kind)
 
-    def fit(self, X, y, sample_weight=None) -> LinearSVC:
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> LinearSVC:
         """Fit the one-vs-rest linear SVMs.
 
         Parameters
@@ -651,7 +654,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             X = ctx.xp.astype(X, coef.dtype)
         return X @ coef.T + b[None, :]
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Signed distances to the hyperplanes, ``X wᵀ + b``.
 
         Returns
@@ -662,7 +665,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         scores = self._scores(X, ctx)
         return ctx.out(scores[:, 0] if scores.shape[1] == 1 else scores)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Class labels: the sign of the score (two classes) or the largest score."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp

@@ -10,6 +10,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, warn
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
@@ -377,7 +378,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         return res
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit the one-vs-one SVMs; returns self.
 
         Parameters
@@ -582,7 +585,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         S = xp.asarray(second, dtype=raw.dtype, device=dev)
         return F, S
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Decision values.
 
         Binary: ``(n,)``, positive for ``classes_[1]``. Several classes:
@@ -606,7 +609,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         conf = raw @ F - raw @ S
         return votes + conf / (3.0 * (xp.abs(conf) + 1.0))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Class labels: the one-vs-one vote (ties go to the lower class index)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
@@ -673,7 +676,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.probB_ = np.array(probB)
 
     @_available_if(lambda self: self.probability)
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities ``(n, n_classes)`` from Platt scaling (and
         pairwise coupling with more than two classes). Needs ``probability=True``."""
         ctx, X = self._validate_predict_data(X)
@@ -696,7 +699,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         return ctx.out(P)
 
     @_available_if(lambda self: self.probability)
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba`."""
         P = self.predict_proba(X)
         import array_api_compat
