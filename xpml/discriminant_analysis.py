@@ -19,6 +19,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from xpml.linear_model._base import (
     LinearClassifierMixin,
@@ -337,7 +338,9 @@ class LinearDiscriminantAnalysis(
                 "Try another solver"
             )
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Estimate priors, means and the pooled covariance; returns self."""
         ctx, X, codes, sw = self._validate_fit_data(
             X, y, sample_weight, target="classes", min_samples=2
@@ -402,7 +405,7 @@ class LinearDiscriminantAnalysis(
         self.explained_variance_ratio_ = (evals / xp.sum(evals))[: self._max_components]
         return coef, intercept
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """Project onto the discriminant directions (n, n_components):
         ``(X − x̄) S`` for "svd", ``X S`` for "eigen" (``S = scalings_``)."""
         if self.solver == "lsqr":
@@ -415,7 +418,9 @@ class LinearDiscriminantAnalysis(
         Z = X @ ctx.take(self.scalings_)
         return ctx.out(Z[:, : self._max_components])
 
-    def fit_transform(self, X, y, sample_weight=None):
+    def fit_transform(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Array:
         """``fit(X, y).transform(X)``."""
         return self.fit(X, y, sample_weight).transform(X)
 
@@ -436,12 +441,12 @@ class LinearDiscriminantAnalysis(
             return xp.stack([1.0 - p, p], axis=1)
         return _softmax_proba(Z, xp=xp)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Posterior class probabilities (n, K)."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._proba(X, ctx))
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Log posteriors (n, K)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
@@ -581,7 +586,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             f"the value of `{param}` to reduce the collinearity."
         )
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Estimate priors, means and one covariance per class; returns self."""
         ctx, X, codes, sw = self._validate_fit_data(X, y, target="classes")
         xp = ctx.xp
@@ -625,24 +630,24 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             cols.append(-0.5 * (xp.sum(Z * Z, axis=1) + xp.sum(xp.log(S2))))
         return xp.stack(cols, axis=1) + xp.log(priors)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Log-odds (n,) for two classes; class scores δ_k (n, K) otherwise."""
         ctx, X = self._validate_predict_data(X)
         Z = self._scores(X, ctx)
         return ctx.out(Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Posterior class probabilities (n, K)."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(_softmax_proba(self._scores(X, ctx), xp=ctx.xp))
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Log posteriors (n, K)."""
         ctx, X = self._validate_predict_data(X)
         Z = self._scores(X, ctx)
         return ctx.out(Z - logsumexp(Z, xp=ctx.xp, axis=1))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Most probable classes (n,)."""
         ctx, X = self._validate_predict_data(X)
         return decode_labels(

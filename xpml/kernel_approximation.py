@@ -18,6 +18,7 @@ import math
 import warnings
 from numbers import Integral, Real
 
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.kernels import (
     EXTRA_KERNELS,
@@ -146,7 +147,7 @@ class RandomFourierFeatures(TransformerMixin, BaseEstimator):
         self.n_components = n_components
         self.random_state = random_state
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Draw the random weights and offsets; returns self."""
         ctx, X, _, _ = self._validate_fit_data(X)
         xp = ctx.xp
@@ -164,7 +165,7 @@ class RandomFourierFeatures(TransformerMixin, BaseEstimator):
         self.gamma_ = gamma
         return self._fitted(ctx)
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """``√(2/D) cos(X W + b)``.
 
         Returns
@@ -292,7 +293,7 @@ or callable, default="rbf"
             1.0 if self.coef0 is None else self.coef0,
         )
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Pick the landmarks and compute ``K_LL^{-1/2}``; returns self."""
         ctx, X, _, _ = self._validate_fit_data(X)
         self._check_kernel_args()
@@ -324,7 +325,7 @@ or callable, default="rbf"
         self.component_indices_ = inds
         return self._fitted(ctx)
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """``K(X, L) K_LL^{-1/2}``, computed in row blocks.
 
         Returns

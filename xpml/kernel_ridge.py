@@ -35,6 +35,7 @@ import array_api_extra as xpx
 import numpy as np
 
 from xpml._backend import enter
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.kernels import (
     EXTRA_KERNELS,
@@ -455,7 +456,9 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         return coef, dofs
 
     # ------------------------------------------------------------------ API
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit the dual coefficients.
 
         Parameters
@@ -525,7 +528,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
                 dofs[a] = _dof_from_factor(L, a, xp=xp)
         return _dof_value(dofs, alphas, ctx)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """``K(X, X_fit) @ dual_coef_``, in row blocks under the Gram engine's
         memory budget.
 

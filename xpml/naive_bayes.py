@@ -28,6 +28,7 @@ from numbers import Real
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import logsumexp
 from xpml.utils._array_api import device as _device
@@ -190,17 +191,17 @@ class _BaseNB(ClassifierMixin, BaseEstimator):
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._joint_log_likelihood(X, ctx))
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Log posteriors (n, K)."""
         ctx, logp, _ = self._log_post(X)
         return ctx.out(logp)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Posteriors (n, K), columns in ``classes_`` order."""
         ctx, logp, _ = self._log_post(X)
         return ctx.out(ctx.xp.exp(logp))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Most probable classes (n,)."""
         ctx, _, jll = self._log_post(X)
         return decode_labels(self.classes_, ctx.xp.argmax(jll, axis=1), ctx)
@@ -236,7 +237,9 @@ class _DiscreteNB(_BaseNB):
         self._smooth(xp=xp)
         return self._fitted(ctx)
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Count features per class and smooth; returns self. A single class is
         allowed (scikit-learn's degenerate case)."""
         if y is None:
@@ -248,7 +251,13 @@ class _DiscreteNB(_BaseNB):
             *_validate_partial(self, X, y, y, sample_weight, name="y")
         )
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
+    def partial_fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        classes=None,
+        sample_weight: ArrayLike | None = None,
+    ) -> Self:
         """Add one batch's counts (``classes``: every label, needed on the first
         call); returns self. Equivalent to ``fit`` on all batches together."""
         return self._accumulate(*_validate_partial(self, X, y, classes, sample_weight))
@@ -451,14 +460,22 @@ class GaussianNB(_BaseNB):
         self.priors = priors
         self.var_smoothing = var_smoothing
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Estimate per-class means and variances; returns self."""
         ctx, X, codes, sw = self._validate_fit_data(
             X, y, sample_weight, target="classes"
         )
         return self._accumulate(ctx, X, codes, sw, True)
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
+    def partial_fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        classes=None,
+        sample_weight: ArrayLike | None = None,
+    ) -> Self:
         """Update the class means and variances with one batch (Chan et al.'s
         pooled update; ``classes`` needed on the first call); returns self."""
         return self._accumulate(*_validate_partial(self, X, y, classes, sample_weight))
