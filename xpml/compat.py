@@ -197,9 +197,26 @@ def _run_module(spec: str, timeout: float) -> list[dict[str, Any]]:
         return json.loads(results.read_text())
 
 
-def run(specs: list[str], *, timeout: float = 1800) -> dict[str, list[dict]]:
-    """``{module spec: records}`` for each ``"subpackage/test_file.py"``."""
-    return {spec: _run_module(spec, timeout) for spec in specs}
+def run(
+    specs: list[str],
+    *,
+    timeout: float = 1800,
+    jobs: int = 1,
+    on_result: Any = None,
+) -> dict[str, list[dict]]:
+    """``{module spec: records}`` for each ``"subpackage/test_file.py"``, run
+    ``jobs`` modules at a time; ``on_result(spec, records)`` is called as each
+    module finishes (so a long run keeps what it measured)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results: dict[str, list[dict]] = {}
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        futures = {spec: pool.submit(_run_module, spec, timeout) for spec in specs}
+        for spec, future in futures.items():
+            results[spec] = future.result()
+            if on_result is not None:
+                on_result(spec, results[spec])
+    return results
 
 
 _CATEGORIES = (
@@ -279,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the per-test records as JSON")
     parser.add_argument("--write-report", help="write the markdown report here")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--jobs", type=int, default=1, help="modules at a time")
     args = parser.parse_args(argv)
     if args.fast:
         specs = list(FAST)
@@ -290,10 +308,16 @@ def main(argv: list[str] | None = None) -> int:
         ] + [m for m in args.modules if "/" in m]
     else:
         specs = [f"{sub}/{f}" for sub, files in MODULES.items() for f in files]
-    results = run(specs, timeout=args.timeout)
+    done: dict[str, list[dict]] = {}
+
+    def keep(spec, records):
+        done[spec] = records
+        print(table({spec: records}).splitlines()[2], flush=True)
+        if args.out:
+            pathlib.Path(args.out).write_text(json.dumps(done, indent=1))
+
+    results = run(specs, timeout=args.timeout, jobs=args.jobs, on_result=keep)
     print(table(results))
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
     if args.write_report:
         import sklearn
 
