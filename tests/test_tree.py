@@ -351,3 +351,49 @@ def test_unfitted_feature_importances_raise_not_fitted():
 
     with pytest.raises(NotFittedError):
         _ = DecisionTreeRegressor().feature_importances_
+
+
+def _tie_free(seed=0, n=300, d=5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    return X, rng
+
+
+def test_log_loss_criterion_is_sklearns_entropy_tree():
+    X, rng = _tie_free(1)
+    y = (X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.3 * rng.normal(size=len(X)) > 0.4).astype(int)
+    y[X[:, 2] > 1.2] = 2
+    for depth in (3, 4):
+        ours = DecisionTreeClassifier(criterion="log_loss", max_depth=depth).fit(X, y)
+        ent = DecisionTreeClassifier(criterion="entropy", max_depth=depth).fit(X, y)
+        ref = SkTree(criterion="log_loss", max_depth=depth, random_state=0).fit(X, y)
+        assert export_text(ours) == sk_export_text(ref) == export_text(ent)
+        np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X))
+
+
+def test_friedman_mse_gives_sklearns_tree():
+    X, rng = _tie_free(2)
+    target = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.normal(size=len(X))
+    # deeper, scikit-learn's uncentred sums break near-ties between features
+    # differently (as for "squared_error"); friedman_mse is squared_error here
+    for kw in ({"max_depth": 3}, {"max_depth": 2, "min_impurity_decrease": 0.05}):
+        ours = DecisionTreeRegressor(criterion="friedman_mse", **kw).fit(X, target)
+        mse = DecisionTreeRegressor(**{**kw, "max_depth": 4}).fit(X, target)
+        deep = DecisionTreeRegressor(criterion="friedman_mse", **{**kw, "max_depth": 4})
+        assert export_text(deep.fit(X, target)) == export_text(mse)
+        with pytest.warns(FutureWarning):  # scikit-learn 1.9 deprecates the name
+            ref = SkReg(criterion="friedman_mse", random_state=0, **kw)
+            ref.fit(X, target)
+        assert ours.node_count_ == ref.tree_.node_count
+        assert export_text(ours, decimals=6) == sk_export_text(ref, decimals=6)
+        np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-10)
+        np.testing.assert_allclose(
+            ours.feature_importances_, ref.feature_importances_, rtol=1e-9
+        )
+
+
+def test_new_criteria_are_validated_by_name():
+    with pytest.raises(InvalidParameterError, match="criterion"):
+        DecisionTreeClassifier(criterion="friedman_mse").fit([[0.0], [1.0]], [0, 1])
+    with pytest.raises(InvalidParameterError, match="criterion"):
+        DecisionTreeRegressor(criterion="log_loss").fit([[0.0], [1.0]], [0.0, 1.0])

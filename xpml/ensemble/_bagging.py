@@ -494,7 +494,7 @@ class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
     Parameters
     ----------
     n_estimators : int, default=100
-    criterion : {"gini", "entropy"}, default="gini"
+    criterion : {"gini", "entropy", "log_loss"}, default="gini"
     max_features : int, float, {"sqrt", "log2"} or None, default="sqrt"
         Features per node: ``√d`` by default."""
         + _FOREST_DOC_PARAMS
@@ -582,7 +582,7 @@ class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
     Parameters
     ----------
     n_estimators : int, default=100
-    criterion : {"squared_error", "variance"}, default="squared_error"
+    criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
     max_features : int, float, {"sqrt", "log2"} or None, default=1.0
         Features per node: all of them by default, as scikit-learn (Breiman's
         rule for regression, ``d/3``, is ``max_features=1/3``)."""

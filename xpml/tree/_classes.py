@@ -51,6 +51,14 @@ def _resolve_max_features(v, d, default_name):
     return int(v)
 
 
+# scikit-learn's aliases, resolved to the names the growth knows
+_CRITERIA = {
+    "log_loss": "entropy",
+    "variance": "squared_error",
+    "friedman_mse": "squared_error",
+}
+
+
 class _BaseDecisionTree(BaseEstimator):
     """Shared fitting, routing, pruning and persistence of both trees."""
 
@@ -77,7 +85,7 @@ class _BaseDecisionTree(BaseEstimator):
     # ----------------------------------------------------------------- fit
     def _grow_params(self, n, d, n_classes):
         return GrowParams(
-            criterion="squared_error" if n_classes == 0 else self.criterion,
+            criterion=_CRITERIA.get(self.criterion, self.criterion),
             n_classes=n_classes,
             max_depth=2**62 if self.max_depth is None else int(self.max_depth),
             min_samples_split=_resolve_count(self.min_samples_split, n, 2),
@@ -345,9 +353,9 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
 
     Parameters
     ----------
-    criterion : {"gini", "entropy"}, default="gini"
+    criterion : {"gini", "entropy", "log_loss"}, default="gini"
         Impurity: Gini ``1 − Σ p_k²`` or entropy ``−Σ p_k log₂ p_k``
-        (information gain).
+        (information gain); "log_loss" is scikit-learn's name for entropy.
     max_depth : int or None, default=None
         Longest root-to-leaf path; None grows until the other rules stop.
     min_samples_split : int or float, default=2
@@ -408,7 +416,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     """
 
     _parameter_constraints = {
-        "criterion": [Options("gini", "entropy")],
+        "criterion": [Options("gini", "entropy", "log_loss")],
         "purity_threshold": [Interval(Real, 0, 1, closed="right")],
         **_BaseDecisionTree._common_constraints,
     }
@@ -466,8 +474,13 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
 
     Parameters
     ----------
-    criterion : {"squared_error", "variance"}, default="squared_error"
-        Both name the same impurity, the weighted variance of ``y`` in a node.
+    criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
+        "squared_error" and "variance" name the same impurity, the weighted
+        variance of ``y`` in a node. "friedman_mse" (scikit-learn's) ranks splits
+        by Friedman's improvement ``w_L w_R (ȳ_L − ȳ_R)² / (w_L + w_R)``, which
+        equals the between-children sum of squares ``S_L²/w_L + S_R²/w_R``
+        (``S`` centred sums): it grows the same trees, and scikit-learn 1.9
+        maps it to "squared_error" too.
     max_depth, min_samples_split, min_samples_leaf, min_impurity_decrease, \
 max_features, random_state
         As for :class:`DecisionTreeClassifier`.
@@ -499,7 +512,7 @@ max_features, random_state
     """
 
     _parameter_constraints = {
-        "criterion": [Options("squared_error", "variance")],
+        "criterion": [Options("squared_error", "friedman_mse", "variance")],
         **_BaseDecisionTree._common_constraints,
     }
     _xpml_tags = {}
