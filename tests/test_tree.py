@@ -397,3 +397,47 @@ def test_new_criteria_are_validated_by_name():
         DecisionTreeClassifier(criterion="friedman_mse").fit([[0.0], [1.0]], [0, 1])
     with pytest.raises(InvalidParameterError, match="criterion"):
         DecisionTreeRegressor(criterion="log_loss").fit([[0.0], [1.0]], [0.0, 1.0])
+
+
+def test_random_splitter_is_seeded_and_backend_independent():
+    import array_api_strict as xps
+
+    X, y = _data("breast_cancer")
+    kw = dict(splitter="random", max_features=7, random_state=3)
+    a = DecisionTreeClassifier(**kw).fit(X, y)
+    b = DecisionTreeClassifier(**kw).fit(X, y)
+    c = DecisionTreeClassifier(**kw).fit(xps.asarray(X), xps.asarray(y))
+    other = DecisionTreeClassifier(**{**kw, "random_state": 4}).fit(X, y)
+    assert export_text(a, decimals=8) == export_text(b, decimals=8)
+    assert export_text(a, decimals=8) == export_text(c, decimals=8)
+    assert export_text(a, decimals=8) != export_text(other, decimals=8)
+    # thresholds are drawn, not midpoints: strictly inside the node's range
+    best = DecisionTreeClassifier(max_features=7, random_state=3).fit(X, y)
+    assert export_text(a) != export_text(best)
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "digits"])
+def test_random_splitter_accuracy_close_to_sklearn(name):
+    """Exact equality is impossible (different random streams): test
+    accuracy averaged over five stratified splits within 4 points."""
+    X, y = _data(name)
+    ours, ref = [], []
+    for s in range(5):
+        Xa, Xb, ya, yb = train_test_split(X, y, random_state=s, stratify=y)
+        m = DecisionTreeClassifier(splitter="random", random_state=s).fit(Xa, ya)
+        r = SkTree(splitter="random", random_state=s).fit(Xa, ya)
+        ours.append(m.score(Xb, yb))
+        ref.append(r.score(Xb, yb))
+    assert np.mean(ours) > np.mean(ref) - 0.04
+    Xr = X[:, 1:]
+    reg = DecisionTreeRegressor(splitter="random", random_state=0, max_depth=6)
+    sk = SkReg(splitter="random", random_state=0, max_depth=6)
+    assert (
+        reg.fit(Xr, X[:, 0]).score(Xr, X[:, 0])
+        > sk.fit(Xr, X[:, 0]).score(Xr, X[:, 0]) - 0.1
+    )
+
+
+def test_splitter_is_validated_by_name():
+    with pytest.raises(InvalidParameterError, match="splitter"):
+        DecisionTreeClassifier(splitter="worst").fit([[0.0], [1.0]], [0, 1])

@@ -80,6 +80,7 @@ class _BaseDecisionTree(BaseEstimator):
             None,
         ],
         "random_state": ["random_state"],
+        "splitter": [Options("best", "random")],
     }
 
     # ----------------------------------------------------------------- fit
@@ -95,6 +96,7 @@ class _BaseDecisionTree(BaseEstimator):
             max_features=_resolve_max_features(
                 self.max_features, d, type(self).__name__
             ),
+            splitter=getattr(self, "splitter", "best"),
         )
 
     def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None):
@@ -356,6 +358,12 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     criterion : {"gini", "entropy", "log_loss"}, default="gini"
         Impurity: Gini ``1 − Σ p_k²`` or entropy ``−Σ p_k log₂ p_k``
         (information gain); "log_loss" is scikit-learn's name for entropy.
+    splitter : {"best", "random"}, default="best"
+        "best": every threshold midway between distinct neighbours is scored.
+        "random" (scikit-learn's): one threshold per candidate feature, drawn
+        uniformly between the node's min and max of the feature (from
+        ``random_state``, on the host, so every backend grows the same tree);
+        the best of those is kept.
     max_depth : int or None, default=None
         Longest root-to-leaf path; None grows until the other rules stop.
     min_samples_split : int or float, default=2
@@ -426,6 +434,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         self,
         *,
         criterion="gini",
+        splitter="best",
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
@@ -435,6 +444,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         random_state=None,
     ):
         self.criterion = criterion
+        self.splitter = splitter
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
@@ -474,6 +484,8 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
 
     Parameters
     ----------
+    splitter : {"best", "random"}, default="best"
+        As for :class:`DecisionTreeClassifier`.
     criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
         "squared_error" and "variance" name the same impurity, the weighted
         variance of ``y`` in a node. "friedman_mse" (scikit-learn's) ranks splits
@@ -521,6 +533,7 @@ max_features, random_state
         self,
         *,
         criterion="squared_error",
+        splitter="best",
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
@@ -529,6 +542,7 @@ max_features, random_state
         random_state=None,
     ):
         self.criterion = criterion
+        self.splitter = splitter
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf

@@ -71,6 +71,7 @@ class GrowParams:
     min_impurity_decrease: float
     purity_threshold: float
     max_features: int
+    splitter: str = "best"  # "random": one uniform threshold per feature
 
     @property
     def classification(self):
@@ -224,6 +225,7 @@ class _Entries:
     lens: Any
     valid: Any
     mean: Any
+    u: Any = None  # (nb, d) uniforms of the random splitter, or None
 
 
 # ------------------------------------------------------------------- growth
@@ -360,12 +362,14 @@ def _search_block(g, level, blk):
     and are searched again (only they), until no slot can be replaced."""
     nb, L = len(blk.ids), blk.L
     draw = _Draw(g, blk) if g.subset else None
+    U = _uniforms(g, blk) if g.params.splitter == "random" else None
     rows = np.arange(nb)
     h, pieces, size = None, [], 0
     row_at = np.zeros(nb, dtype=np.int64)
     while True:
         F = None if draw is None else draw.F[rows]
-        hr, rs, rw = _block_round(g, level, blk.rows(rows), F)
+        Ur = None if U is None else U[rows]
+        hr, rs, rw = _block_round(g, level, blk.rows(rows), F, Ur)
         if h is None:
             h = np.zeros((nb, hr.shape[1]))
         h[rows] = hr
@@ -380,20 +384,37 @@ def _search_block(g, level, blk):
         g.stats["redraws"] += 1
 
 
-def _block_round(g, level, blk, F):
+def _uniforms(g, blk):
+    """The random splitter's uniforms in [0, 1), one per node and feature,
+    drawn on the host from each node's tree generator (the same on every
+    backend), as integer multiples of 2^-53 so they travel in the int upload."""
+    U = np.empty((len(blk.ids), g.d), dtype=np.int64)
+    trees = g.table["tree"][blk.ids]
+    for t in np.unique(trees):
+        rows = np.nonzero(trees == t)[0]
+        U[rows] = g.rngs[t].integers(0, 1 << 53, size=(len(rows), g.d))
+    return U
+
+
+def _block_round(g, level, blk, F, U):
     """One search of a block on the device: one upload (entry starts and
-    counts, drawn features; node means for regression), one download."""
+    counts, drawn features, random splitter's uniforms; node means for
+    regression), one download."""
     xp = g.xp
     dev = device(level.samp)
     cols = [blk.starts[:, None], blk.lens[:, None]] + ([] if F is None else [F])
+    cols += [] if U is None else [U]
     aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
     ent = _gather_block(g, level, aux, blk.L, blk.ids)
+    if U is not None:
+        u = xp.astype(aux[:, int(aux.shape[1]) - g.d :], g.Xflat.dtype) * 2.0**-53
+        ent = dataclasses.replace(ent, u=u)
     nb = len(blk.ids)
     if F is None:  # every feature, searched in chunks that fit the budget
         Fd = xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d))
         vals, extra, chunk = None, [], max(1, g.budget // (nb * blk.L))
     else:
-        Fd = aux[:, 2:]
+        Fd = aux[:, 2 : 2 + g.m]
         vals, const = _gather_features(g, ent, Fd)
         extra, chunk = [xp.astype(const, g.Xflat.dtype)], g.m
     score, feat, p, thr = _best_split(g, ent, Fd, vals, chunk)
@@ -602,6 +623,8 @@ def _pick(g, ent, F, xs, score):
     distinct = xp.concat(
         [distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1
     )
+    if ent.u is not None:
+        distinct, t = _random_cut(g, ent, F, xs)
     ninf = xp.full((), -xp.inf, dtype=score.dtype, device=dev)
     score2 = xp.reshape(xp.where(ok & distinct, score, ninf), (nb, f * L))
     bi = xp.argmax(score2, axis=-1)
@@ -613,7 +636,35 @@ def _pick(g, ent, F, xs, score):
     thr = x0 / 2 + x1 / 2
     thr = xp.where((thr == x1) | xp.isinf(thr) | xp.isnan(thr), x0, thr)
     feat = xp.take_along_axis(F, (bi // L)[:, None], axis=-1)[:, 0]
+    if ent.u is not None:  # the drawn threshold, not the midpoint
+        thr = xp.take_along_axis(t, (bi // L)[:, None], axis=-1)[:, 0]
     return best, feat, bi % L, thr
+
+
+def _random_cut(g, ent, F, xs):
+    """scikit-learn's random splitter: a threshold ``t`` drawn uniformly
+    between each feature's min and max in the node (the min when it lands on
+    the max); the only position scored is the one ``t`` falls after. Constant
+    features have none. Returns that mask (nb, f, L) and ``t`` (nb, f)."""
+    xp = g.xp
+    nb, f, L = xs.shape
+    dev = device(xs)
+    uf = xp.take_along_axis(ent.u, F, axis=-1)
+    last = xp.reshape(ent.lens - 1, (nb, 1)) + xp.zeros(
+        (nb, f), dtype=ent.lens.dtype, device=dev
+    )
+    rows = xp.reshape(xp.arange(nb * f, dtype=last.dtype, device=dev), (nb, f)) * L
+    lo = xs[..., 0]
+    hi = xp.reshape(
+        xp.take(xp.reshape(xs, (-1,)), xp.reshape(rows + last, (-1,))), (nb, f)
+    )
+    t = lo + uf * (hi - lo)
+    t = xp.where(t >= hi, lo, t)
+    t3 = t[..., None]
+    cut = (xs[..., :-1] <= t3) & (xs[..., 1:] > t3)
+    cut = cut & (hi > lo + FEATURE_THRESHOLD)[..., None]
+    pad = xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)
+    return xp.concat([cut, pad], axis=-1), t
 
 
 def _children_stats(g, ent, feat, p):
