@@ -241,7 +241,8 @@ class LogisticRegression(
     """
 
     _parameter_constraints = {
-        "C": [Interval(Real, 0, None, closed="neither")],
+        # C=np.inf: no penalty (scikit-learn's way since penalty is deprecated)
+        "C": [Interval(Real, 0, None, closed="neither", allow_inf=True)],
         "l1_ratio": [None, Interval(Real, 0, 1, closed="both")],
         "dual": ["boolean"],
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
@@ -252,7 +253,7 @@ class LogisticRegression(
         "batch_size": [Interval(Integral, 1, None)],
         "fit_intercept": ["boolean"],
         "learning_rate": [None, Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None)],
+        "max_iter": [Interval(Integral, 0, None)],
         "penalty": [Options("l1", "l2", "elasticnet", None, "deprecated")],
         "random_state": ["random_state"],
         "solver": [Options(*SOLVERS, *SKLEARN_SOLVERS)],
