@@ -327,8 +327,8 @@ class LogisticRegression(
             )
         return pen, r
 
-    def _solver_method(self, pen):
-        if pen in _SUPPORTS:
+    def _solver_method(self, pen, r):
+        if pen in _SUPPORTS and r > 0:  # elasticnet with l1_ratio=0 is the L2 problem
             return "prox"
         return self.solver if self.solver in SOLVERS else "newton"
 
@@ -363,7 +363,7 @@ class LogisticRegression(
         """Fit by the chosen solver; returns self."""
         self._validate_params()
         pen, r = self._penalty()
-        method = self._solver_method(pen)
+        method = self._solver_method(pen, r)
         prev = (
             (self.coef_, self.intercept_)
             if self.warm_start and hasattr(self, "coef_")
