@@ -19,6 +19,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import enter, to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.linalg import CPU_TILE_BYTES, right_singular, svd_flip
 from xpml.utils._array_api import (
@@ -311,12 +312,12 @@ class PCA(TransformerMixin, BaseEstimator):
         self.power_iteration_normalizer = power_iteration_normalizer
         self.random_state = random_state
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Centre ``X`` and take its SVD; returns self."""
         self._fit(X)
         return self
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: ArrayLike | None = None) -> Array:
         """Fit, and return the training data's principal coordinates ``U_k D_k``
         (``= (X − x̄) V_k``; ``U`` itself is never formed)."""
         return self.fit(X).transform(X)
@@ -366,7 +367,7 @@ class PCA(TransformerMixin, BaseEstimator):
             check_random_state(self.random_state),
         )
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """Principal coordinates ``(X − x̄) V_k`` (divided by ``√variance`` when whitening)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
@@ -375,7 +376,7 @@ class PCA(TransformerMixin, BaseEstimator):
             Z = Z / xp.sqrt(ctx.take(self.explained_variance_))[None, :]
         return ctx.out(Z)
 
-    def inverse_transform(self, X):
+    def inverse_transform(self, X: ArrayLike) -> Array:
         """Back to feature space: ``Z V_kᵀ + x̄`` (undoing the whitening first)."""
         check_is_fitted(self)
         ctx, (Z,) = enter(X, names=("X",))
@@ -457,12 +458,12 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
         self.n_oversamples = n_oversamples
         self.random_state = random_state
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Compute the rank-``n_components`` SVD; returns self."""
         self._fit(X)
         return self
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: ArrayLike | None = None) -> Array:
         """Fit, and return the projection: ``U_k D_k`` for "full", ``X V_k``
         for "randomized" (as scikit-learn: the range finder's ``U_k D_k`` is
         only approximately ``X V_k``, so ``fit_transform(X)`` equals
@@ -500,12 +501,12 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
         self._fitted(ctx)
         return ctx, Z
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """Project onto the right singular vectors: ``X V_k``."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(X @ ctx.take(self.components_).T)
 
-    def inverse_transform(self, X):
+    def inverse_transform(self, X: ArrayLike) -> Array:
         """``Z V_kᵀ``: back to feature space."""
         check_is_fitted(self)
         ctx, (Z,) = enter(X, names=("X",))

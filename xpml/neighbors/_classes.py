@@ -32,6 +32,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import enter, to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.kernels import _unit_rows, sq_norms
 from xpml.neighbors._search import (
@@ -341,7 +342,7 @@ class NearestNeighbors(_KNeighborsBase):
         self.p = p
         self.metric_params = metric_params
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Store the training points (and build the tree for the tree algorithms)."""
         ctx, X, _, _ = self._validate_fit_data(X)
         self._fit_X(ctx, X)
@@ -484,7 +485,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     [0, 1]
     """
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Store the training points and their class codes."""
         ctx, X, y, _ = self._validate_fit_data(X, y, target="classes")
         self._fit_X(ctx, X)
@@ -503,12 +504,12 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
         onehot = xp.astype(codes[:, :, None] == classes[None, None, :], w.dtype)
         return ctx, xp.sum(w[:, :, None] * onehot, axis=1)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Weighted class frequencies among the neighbours, (n_queries, n_classes)."""
         ctx, votes = self._votes(X)
         return ctx.out(votes / ctx.xp.sum(votes, axis=1, keepdims=True))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """The class with the largest (weighted) vote; the smallest label on ties."""
         ctx, votes = self._votes(X)
         return decode_labels(self.classes_, ctx.xp.argmax(votes, axis=1), ctx)
@@ -544,14 +545,14 @@ class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
 
     _xpml_tags = {"multi_output": True}
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Store the training points and targets."""
         ctx, X, y, _ = self._validate_fit_data(X, y, target="multi")
         self._fit_X(ctx, X)
         self._state_fit_y = y
         return self._fitted(ctx)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Weighted mean target of the neighbours, (n_queries,) or (n_queries, n_targets)."""
         ctx, dist, ind = self._kneighbors(X, None)
         xp = ctx.xp
