@@ -384,3 +384,51 @@ def test_any_estimator_with_fit_and_predict_is_a_member():
     w = np.ones(len(ytr))
     with pytest.raises(ValueError, match="sample_weight"):
         BaggingClassifier(pipe, n_estimators=2).fit(Xtr, ytr, sample_weight=w)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"max_features": 0.3}, {"max_features": 5, "bootstrap_features": True}]
+)
+def test_bagging_max_features_as_sklearn(kw):
+    """Each member sees a column subset of scikit-learn's size (the same
+    subsets at prediction); accuracy within 4 points of scikit-learn's
+    bagging averaged over three splits (the random draws differ)."""
+    import warnings
+
+    from sklearn.ensemble import BaggingClassifier as SkBag
+
+    X, y = load_breast_cancer(return_X_y=True)
+    ours, ref = [], []
+    for s in range(3):
+        Xa, Xb, ya, yb = train_test_split(X, y, random_state=s, stratify=y)
+        m = BaggingClassifier(n_estimators=15, random_state=s, **kw).fit(Xa, ya)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = SkBag(n_estimators=15, random_state=s, **kw).fit(Xa, ya)
+        sizes = {len(f) for f in m.estimators_features_}
+        assert sizes == {len(f) for f in r.estimators_features_}
+        assert all(
+            0 <= f.min() and f.max() < X.shape[1] for f in m.estimators_features_
+        )
+        if not kw.get("bootstrap_features"):
+            assert all(len(set(f.tolist())) == len(f) for f in m.estimators_features_)
+        assert len({tuple(f) for f in m.estimators_features_}) > 1
+        # a member predicts from its own columns
+        t = m.estimators_[0]
+        assert t.n_features_in_ == len(m.estimators_features_[0])
+        ours.append(m.score(Xb, yb))
+        ref.append(r.score(Xb, yb))
+    assert np.mean(ours) > np.mean(ref) - 0.04
+    assert m.feature_importances_.shape == (X.shape[1],)
+
+
+def test_bagging_max_features_default_and_errors():
+    X, y = load_wine(return_X_y=True)
+    m = BaggingClassifier(n_estimators=3, random_state=0).fit(X, y)
+    assert all(np.array_equal(f, np.arange(X.shape[1])) for f in m.estimators_features_)
+    reg = BaggingRegressor(n_estimators=3, max_features=4, random_state=0)
+    assert reg.fit(X, y.astype(float)).score(X, y.astype(float)) > 0.5
+    with pytest.raises(ValueError, match="max_features"):
+        BaggingClassifier(max_features=X.shape[1] + 1).fit(X, y)
+    with pytest.raises(ValueError, match="max_features"):
+        BaggingClassifier(max_features=0.0).fit(X, y)

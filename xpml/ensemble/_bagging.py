@@ -135,9 +135,10 @@ class _BaseBagging(BaseEstimator):
             _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
         ]
         job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
+        self._set_features(int(X.shape[1]), seeds)
         bar = progress_bar(self.progress, self.n_estimators, type(self).__name__)
         template = self._template()
-        if isinstance(template, _BaseDecisionTree):
+        if isinstance(template, _BaseDecisionTree) and not self._subsets:
             self.estimators_ = self._grow_trees(job, template, bar)
         else:
             self.estimators_ = self._fit_members(job, template, bar, sample_weight)
@@ -191,6 +192,38 @@ class _BaseBagging(BaseEstimator):
         self._cache_stack = stack_trees(trees, xp, ctx.device, sources, np_dtype=fdt)
         return members
 
+    def _set_features(self, d, seeds):
+        """``estimators_features_``: the columns each member sees (bagging's
+        ``max_features``, ``bootstrap_features``, as scikit-learn), drawn from
+        a generator of its own per member: the samples' draws do not change."""
+        mf, boot = 1.0, False
+        if isinstance(self, _Bagging):  # a forest's max_features is per node
+            mf, boot = self.max_features, bool(self.bootstrap_features)
+        k = max(1, int(mf * d)) if isinstance(mf, float) else int(mf)
+        if k > d:
+            raise ValueError(
+                f"max_features={mf} asks for {k} features but X has {d}; it must "
+                f"be an int in [1, n_features] or a fraction in (0, 1]"
+            )
+        self._subsets = boot or k < d
+        feats = []
+        for s in seeds:
+            if not self._subsets:
+                feats.append(np.arange(d))
+                continue
+            rng = np.random.default_rng([int(s), 1])
+            f = rng.integers(0, d, k) if boot else rng.choice(d, k, replace=False)
+            feats.append(np.sort(f))
+        self.estimators_features_ = feats
+
+    def _columns(self, data, t):
+        """``data`` restricted to member ``t``'s columns (itself without subsets)."""
+        if not getattr(self, "_subsets", False):
+            return data
+        xp, ctx = data.ctx.xp, data.ctx
+        cols = xp.asarray(self.estimators_features_[t], device=ctx.device)
+        return Training(ctx, xp.take(data.X, cols, axis=1), data.y)
+
     def _fit_members(self, job, template, bar, sample_weight):
         """Fit any estimator: bootstrap counts as sample weights where ``fit``
         takes them, else the drawn rows."""
@@ -206,11 +239,12 @@ class _BaseBagging(BaseEstimator):
             est = clone(template)
             if "random_state" in est.get_params(deep=False):
                 est.set_params(random_state=int(job.seeds[t]))
+            data = self._columns(job.data, t)
             if weighted:
                 w = job.sw * xp.asarray(job.counts[t], dtype=job.sw.dtype, device=dev)
-                return fit_member(est, job.data, weight=w)
+                return fit_member(est, data, weight=w)
             rows = np.repeat(np.arange(job.counts.shape[1]), job.counts[t])
-            return fit_member(est, job.data, rows=rows)
+            return fit_member(est, data, rows=rows)
 
         return parallel_map(
             work, list(range(len(job.seeds))), n_jobs=self.n_jobs, progress=bar
@@ -228,7 +262,12 @@ class _BaseBagging(BaseEstimator):
             raise AttributeError(
                 "feature_importances_ exists only when every member is a decision tree"
             )
-        split = [to_numpy(m.feature_importances_) for m in trees if m.node_count_ > 1]
+        split = []
+        for m, f in zip(trees, self.estimators_features_):
+            if m.node_count_ > 1:
+                full = np.zeros(self.n_features_in_)
+                np.add.at(full, f, to_numpy(m.feature_importances_))
+                split.append(full)
         imp = np.mean(split, axis=0) if split else np.zeros(self.n_features_in_)
         imp = imp / imp.sum() if imp.sum() > 0 else imp
         v = trees[0].tree_value_
@@ -242,7 +281,8 @@ class _BaseBagging(BaseEstimator):
         n = int(X.shape[0])
         members = self.estimators_
         total = None
-        if all(isinstance(m, _BaseDecisionTree) for m in members):
+        subsets = getattr(self, "_subsets", False)
+        if not subsets and all(isinstance(m, _BaseDecisionTree) for m in members):
             stack = cached_stack(self, members, ctx)
             for a, rows in stack.chunks(X, xp=xp):
                 if mask is not None:
@@ -257,7 +297,8 @@ class _BaseBagging(BaseEstimator):
         else:
             data = Training(ctx, X)
             for t, m in enumerate(members):
-                out = _full_proba(m, data, K) if K else member_predict(m, data)
+                dt = self._columns(data, t)
+                out = _full_proba(m, dt, K) if K else member_predict(m, dt)
                 out = xp.astype(out, X.dtype)
                 if mask is not None:
                     mk = xp.asarray(mask[t], dtype=out.dtype, device=ctx.device)
@@ -318,8 +359,15 @@ _BAGGING_DOC_PARAMS = """
     n_estimators : int, default=10
     max_samples : int, float or None, default=1.0
         Points drawn per member (float: fraction of n).
+    max_features : int or float, default=1.0
+        Columns each member sees (float: ``max(1, int(max_features · d))``),
+        as scikit-learn; listed per member in ``estimators_features_`` and
+        used again at prediction. Tree members with a column subset are
+        grown one by one instead of in groups.
     bootstrap : bool, default=True
         Draw with replacement (False: a subsample without replacement).
+    bootstrap_features : bool, default=False
+        Draw the columns with replacement.
     oob_score : bool, default=False
         Score each point with the members that did not draw it.
     n_jobs : int or None, default=None
@@ -345,6 +393,11 @@ class _Bagging(_BaseBagging):
             Interval(float, 0.0, 1.0, closed="right"),
             None,
         ],
+        "max_features": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(float, 0.0, 1.0, closed="right"),
+        ],
+        "bootstrap_features": ["boolean"],
     }
     _xpml_tags = {
         "test_params": {"n_estimators": 5, "random_state": 0},
@@ -360,7 +413,9 @@ class _Bagging(_BaseBagging):
         *,
         n_estimators=10,
         max_samples=1.0,
+        max_features=1.0,
         bootstrap=True,
+        bootstrap_features=False,
         oob_score=False,
         n_jobs=None,
         random_state=None,
@@ -369,7 +424,9 @@ class _Bagging(_BaseBagging):
         self.estimator = estimator
         self.n_estimators = n_estimators
         self.max_samples = max_samples
+        self.max_features = max_features
         self.bootstrap = bootstrap
+        self.bootstrap_features = bootstrap_features
         self.oob_score = oob_score
         self.n_jobs = n_jobs
         self.random_state = random_state
