@@ -432,3 +432,11 @@ def test_bagging_max_features_default_and_errors():
         BaggingClassifier(max_features=X.shape[1] + 1).fit(X, y)
     with pytest.raises(ValueError, match="max_features"):
         BaggingClassifier(max_features=0.0).fit(X, y)
+
+
+def test_bagged_trees_keep_max_leaf_nodes():
+    X, y = load_wine(return_X_y=True)
+    tree = DecisionTreeClassifier(max_leaf_nodes=4)
+    bag = BaggingClassifier(tree, n_estimators=5, random_state=0).fit(X, y)
+    assert all(m.n_leaves_ <= 4 for m in bag.estimators_)
+    assert bag.score(X, y) > 0.8

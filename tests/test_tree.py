@@ -441,3 +441,27 @@ def test_random_splitter_accuracy_close_to_sklearn(name):
 def test_splitter_is_validated_by_name():
     with pytest.raises(InvalidParameterError, match="splitter"):
         DecisionTreeClassifier(splitter="worst").fit([[0.0], [1.0]], [0, 1])
+
+
+def test_max_leaf_nodes_gives_sklearns_best_first_tree():
+    """Small limits: exactly scikit-learn's best-first tree on tie-free data
+    (float32-exact X). Larger trees reach nodes where scikit-learn's
+    uncentred sums break near-ties differently, as without the limit."""
+    X, rng = _tie_free(0, n=400)
+    X = X.astype(np.float32).astype(np.float64)
+    y = (X[:, 0] + X[:, 1] ** 2 + 0.3 * rng.normal(size=len(X)) > 0.5).astype(int)
+    t = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2]
+    for k in (2, 5, 9):
+        a = DecisionTreeClassifier(max_leaf_nodes=k).fit(X, y)
+        b = SkTree(max_leaf_nodes=k, random_state=0).fit(X, y)
+        assert export_text(a, decimals=6) == sk_export_text(b, decimals=6)
+        np.testing.assert_allclose(
+            a.feature_importances_, b.feature_importances_, rtol=1e-9
+        )
+        c = DecisionTreeRegressor(max_leaf_nodes=k, max_depth=5).fit(X, t)
+        d = SkReg(max_leaf_nodes=k, max_depth=5, random_state=0).fit(X, t)
+        assert export_text(c, decimals=6) == sk_export_text(d, decimals=6)
+    big = DecisionTreeClassifier(max_leaf_nodes=20).fit(X, y)
+    assert big.n_leaves_ == 20 and big.node_count_ == 39
+    with pytest.raises(InvalidParameterError, match="max_leaf_nodes"):
+        DecisionTreeClassifier(max_leaf_nodes=1).fit(X, y)

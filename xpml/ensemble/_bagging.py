@@ -185,6 +185,8 @@ class _BaseBagging(BaseEstimator):
             est.n_features_in_ = d
             if job.K:
                 est.classes_ = self.classes_
+            tree = est._limit_leaves(tree)
+            trees[t] = tree
             est._set_tree(tree, ctx, X.dtype, stack=False)
             members.append(est)
         fdt = np.float32 if itemsize(X.dtype, xp) == 4 else np.float64

@@ -3,6 +3,7 @@ with reduced-error post-pruning on a validation set."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import types
 from numbers import Integral, Real
@@ -81,6 +82,7 @@ class _BaseDecisionTree(BaseEstimator):
         ],
         "random_state": ["random_state"],
         "splitter": [Options("best", "random")],
+        "max_leaf_nodes": [Interval(Integral, 2, None, closed="left"), None],
     }
 
     # ----------------------------------------------------------------- fit
@@ -111,8 +113,14 @@ class _BaseDecisionTree(BaseEstimator):
         n_kept = np.asarray([int(ids.shape[0])])
         trees, stats = grow(X, y, ids, w, n_kept, params=params, xp=xp, rngs=[rng])
         self._grow_stats = stats
-        self._set_tree(trees[0], ctx, X.dtype)
+        self._set_tree(self._limit_leaves(trees[0]), ctx, X.dtype)
         return self
+
+    def _limit_leaves(self, tree):
+        """``max_leaf_nodes``: keep the splits scikit-learn's best-first growth
+        makes (see :func:`_best_first`); the tree itself without it."""
+        k = getattr(self, "max_leaf_nodes", None)
+        return tree if k is None else _best_first(tree, int(k))
 
     def _set_tree(self, tree, ctx, dtype, *, stack=True):
         """Store a host tree (dict of NumPy arrays) as the fitted arrays,
@@ -327,6 +335,39 @@ def _compact(t):
     return out
 
 
+def _best_first(t, max_leaf_nodes):
+    """The tree scikit-learn grows best-first with ``max_leaf_nodes``, taken
+    from the fully grown level-wise tree: a node's best split does not depend
+    on the order nodes are expanded in, so expanding, from the root, the open
+    node of largest weighted impurity decrease ``W I − W_L I_L − W_R I_R``
+    until there are ``max_leaf_nodes`` leaves keeps the same splits (ties
+    between equal decreases go to the node created first). The level-wise
+    growth still builds the whole tree first (its cost is not bounded by
+    ``max_leaf_nodes``)."""
+    left, right = t["children_left"], t["children_right"]
+    W, imp = t["weighted_n_node_samples"], t["impurity"]
+    keep = np.zeros(len(left), dtype=bool)
+    heap = []
+
+    def push(v):
+        if left[v] >= 0:
+            a, b = left[v], right[v]
+            gain = W[v] * imp[v] - W[a] * imp[a] - W[b] * imp[b]
+            heapq.heappush(heap, (-gain, int(v)))
+
+    push(0)
+    leaves = 1
+    while heap and leaves < max_leaf_nodes:
+        _, v = heapq.heappop(heap)
+        keep[v] = True
+        leaves += 1
+        push(left[v])
+        push(right[v])
+    cl = np.where(keep, left, -1)
+    cr = np.where(keep, right, -1)
+    return _compact({**t, "children_left": cl, "children_right": cr})
+
+
 def _importances(t, d):
     """Total weighted impurity decrease brought by each feature, normalised."""
     left, right = t["children_left"], t["children_right"]
@@ -381,6 +422,10 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         (constant features do not count, as in scikit-learn); None: all.
     random_state : int, numpy Generator or None
         Seeds the feature subsets (drawn on the host with NumPy).
+    max_leaf_nodes : int >= 2 or None, default=None
+        At most this many leaves: the splits scikit-learn's best-first growth
+        keeps (largest weighted impurity decrease first), chosen from the
+        level-wise tree after it is grown (same tree, ties aside).
 
     Attributes
     ----------
@@ -442,6 +487,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         purity_threshold=1.0,
         max_features=None,
         random_state=None,
+        max_leaf_nodes=None,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -452,6 +498,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         self.purity_threshold = purity_threshold
         self.max_features = max_features
         self.random_state = random_state
+        self.max_leaf_nodes = max_leaf_nodes
 
     def fit(self, X, y, sample_weight=None):
         """Grow the tree; returns self."""
@@ -540,6 +587,7 @@ max_features, random_state
         min_impurity_decrease=0.0,
         max_features=None,
         random_state=None,
+        max_leaf_nodes=None,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -549,6 +597,7 @@ max_features, random_state
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
         self.random_state = random_state
+        self.max_leaf_nodes = max_leaf_nodes
 
     def fit(self, X, y, sample_weight=None):
         """Grow the tree; returns self."""
