@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from xpml.ensemble._base import (
     FitPredict,
@@ -109,7 +110,9 @@ class _BaseBagging(BaseEstimator):
             )
         return int(ms)
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit ``n_estimators`` members on bootstrap samples; returns self.
 
         Each member sees every training point with weight
@@ -334,14 +337,14 @@ class _BaseBagging(BaseEstimator):
 
 
 class _BaggingClassifierMixin(ClassifierMixin):
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Mean of the members' class probabilities, shape (n, K)."""
         ctx, X = self._validate_predict_data(X)
         K = int(self.classes_.shape[0])
         total, count = self._member_sum(X, ctx, K)
         return ctx.out(total / len(self.estimators_))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """The class with the largest mean probability."""
         ctx, X = self._validate_predict_data(X)
         K = int(self.classes_.shape[0])
@@ -350,7 +353,7 @@ class _BaggingClassifierMixin(ClassifierMixin):
 
 
 class _BaggingRegressorMixin(RegressorMixin):
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Mean of the members' predictions."""
         ctx, X = self._validate_predict_data(X)
         total, _ = self._member_sum(X, ctx, 0)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, clone
 from xpml.ensemble._base import (
     FitPredict,
@@ -169,7 +170,9 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.progress = progress
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Run up to ``n_estimators`` boosting rounds; returns self."""
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
         xp = ctx.xp
@@ -268,7 +271,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             pass
         return out
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """scikit-learn's SAMME scores: member ``t`` adds ``β_t`` to the class it
         predicts and ``−β_t/(K−1)`` to the others, divided by ``Σ β_t``; each
         row sums to 0. Shape (n, K), or (n,) for two classes (the score of
@@ -284,14 +287,14 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             return S[:, 1] - S[:, 0]
         return S
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """The class with the largest weighted vote."""
         ctx, X = self._validate_predict_data(X)
         return decode_labels(
             self.classes_, ctx.xp.argmax(self._votes(ctx, X), axis=1), ctx
         )
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """scikit-learn's SAMME probabilities: softmax of the decision scores
         / (K − 1) (for two classes, of ``±decision/2``)."""
         ctx, X = self._validate_predict_data(X)

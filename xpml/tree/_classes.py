@@ -11,6 +11,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import enter, move, to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.tree._grow import GrowParams, grow, segment_sum
 from xpml.tree._stack import TREE_ARRAYS, cached_stack, host_tree, stack_trees
@@ -500,25 +501,27 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         self.random_state = random_state
         self.max_leaf_nodes = max_leaf_nodes
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Grow the tree; returns self."""
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
         self._fit_arrays(ctx, X, y, sw, int(self.classes_.shape[0]))
         return self._fitted(ctx)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class fractions of the leaf each row reaches, shape (n, K)."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._leaf_values(ctx, X))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Majority class of the leaf each row reaches."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         P = self._leaf_values(ctx, X)
         return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba`."""
         P = self.predict_proba(X)
         from array_api_compat import array_namespace
@@ -599,7 +602,9 @@ max_features, random_state
         self.random_state = random_state
         self.max_leaf_nodes = max_leaf_nodes
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Grow the tree; returns self."""
         ctx, X, y, sw = self._validate_fit_data(
             X, y, sample_weight, target="continuous"
@@ -607,7 +612,7 @@ max_features, random_state
         self._fit_arrays(ctx, X, y, sw, 0)
         return self._fitted(ctx)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Mean training target of the leaf each row reaches."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._leaf_values(ctx, X))
