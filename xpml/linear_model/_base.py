@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from xpml._typing import Array, ArrayLike
 from xpml.exceptions import LinAlgError
 from xpml.utils._array_api import device as _device
 from xpml.utils._array_api import (
@@ -316,13 +317,13 @@ class LinearClassifierMixin:
     def _decision(self, X, ctx):
         return X @ ctx.take(self.coef_).T + ctx.take(self.intercept_)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Scores: (n,) for two classes, (n, K) otherwise."""
         ctx, X = self._validate_predict_data(X)
         Z = self._decision(X, ctx)
         return ctx.out(Z[:, 0] if Z.shape[1] == 1 else Z)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Class labels (n,): the positive class where the log-odds are > 0 (two
         classes), else the class of the largest score."""
         from xpml.utils.validation import decode_labels

@@ -16,8 +16,9 @@ from numbers import Integral, Real
 import numpy as np
 
 from xpml._backend import enter, to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
-from xpml.exceptions import ConvergenceWarning
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.linear_model._base import SklearnInputMixin, center_data
 from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval, Options
@@ -270,7 +271,9 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.selection = selection
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit by coordinate descent; returns self."""
         weighted = sample_weight is not None
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
@@ -315,11 +318,10 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
                 rng=rng,
             )
             if gap > tol_scaled:
-                warnings.warn(
+                warn(
+                    ConvergenceWarning,
                     f"Lasso did not converge in max_iter={self.max_iter} sweeps: duality gap "
                     f"{gap:.3g} > tolerance {tol_scaled:.3g}; increase max_iter or tol",
-                    ConvergenceWarning,
-                    stacklevel=2,
                 )
             coefs.append(w)
             gaps.append(gap)
@@ -332,7 +334,7 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.dual_gap_ = float(max(gaps)) / n
         return self._fitted(ctx)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """``X w + b``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
         W = ctx.take(self.coef_)

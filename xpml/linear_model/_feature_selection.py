@@ -6,6 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.exceptions import InvalidParameterError
 from xpml.linear_model._ridge import Ridge as _Ridge
@@ -119,7 +120,7 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
                 f"with a fit method. Got {self.estimator!r} instead."
             )
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Select features greedily; returns self."""
         ctx, X, y, _ = self._validate_fit_data(X, y, target="none")
         if y is None:
@@ -176,7 +177,7 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         return np.flatnonzero(self.support_) if indices else self.support_.copy()
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """The selected columns of ``X``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(_columns(X, np.flatnonzero(self.support_), xp=ctx.xp))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from numbers import Integral, Real
 
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import (
     RankDeficiencyWarning,
@@ -106,7 +107,9 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.positive = positive
         self.rcond = rcond
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit by the pseudo-inverse (or non-negative least squares); returns
         self."""
         self._validate_params()
@@ -157,7 +160,7 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.singular_ = None
         return self  # Ridge already returned its attributes in the caller's library
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """``X w + b``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
         coef, b = ctx.take(self.coef_), ctx.take(self.intercept_)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
+from xpml.exceptions import ConvergenceWarning, SeparableDataWarning, warn
 from xpml.linear_model._base import (
     LinearClassifierMixin,
     SklearnInputMixin,
@@ -359,7 +359,9 @@ class LogisticRegression(
         one_hot = codes[:, None] == xp.arange(K, device=ctx.device)[None, :]
         return xp.astype(one_hot, X.dtype), sw
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit by the chosen solver; returns self."""
         self._validate_params()
         pen, r = self._penalty()
@@ -402,18 +404,18 @@ class LogisticRegression(
 
     def _warn(self, separable, converged, n_iter):
         if separable:
-            warnings.warn(
+            warn(
+                SeparableDataWarning,
                 f"the training data are linearly separable: without a penalty the weights "
                 f"grow without bound; solver={self.solver!r} stopped after {n_iter} "
                 f"iteration(s). Use penalty='l2' for a finite solution.",
-                SeparableDataWarning,
                 stacklevel=3,
             )
         elif not converged:
-            warnings.warn(
+            warn(
+                ConvergenceWarning,
                 f"solver={self.solver!r} did not reach tol={self.tol} in max_iter="
                 f"{self.max_iter} iterations; increase max_iter",
-                ConvergenceWarning,
                 stacklevel=3,
             )
 
@@ -603,7 +605,7 @@ class LogisticRegression(
         return W, b, epoch, converged
 
     # -------------------------------------------------------------- predict
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities (n, K), columns in ``classes_`` order."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
@@ -613,7 +615,7 @@ class LogisticRegression(
             return ctx.out(xp.stack([1.0 - p, p], axis=1))
         return ctx.out(softmax(Z, xp=xp, axis=1))
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Log class probabilities (n, K)."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.exceptions import ConvergenceWarning
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.linear_model._base import (
     LinearClassifierMixin,
     SklearnInputMixin,
@@ -189,7 +189,9 @@ class Perceptron(
         self.class_weight = class_weight
         self.warm_start = warm_start
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Run up to ``max_iter`` passes; returns self. ``sample_weight`` scales
         each row's step."""
         self._validate_params()
@@ -204,7 +206,13 @@ class Perceptron(
         )
         return self._run(ctx, X, codes, sw, prev=prev, passes=self.max_iter, stop=True)
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
+    def partial_fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        classes=None,
+        sample_weight: ArrayLike | None = None,
+    ) -> Self:
         """One pass over ``(X, y)`` from the current weights; ``classes`` (all
         labels) is required on the first call. Returns self."""
         self._validate_params()
@@ -300,10 +308,10 @@ class Perceptron(
             ):
                 break
         if stop and self.tol is not None and it == passes and state.any_active():
-            warnings.warn(
+            warn(
+                ConvergenceWarning,
                 f"Maximum number of iteration reached before convergence "
                 f"(max_iter={self.max_iter}). Consider increasing max_iter.",
-                ConvergenceWarning,
                 stacklevel=3,
             )
         self.coef_ = W.T

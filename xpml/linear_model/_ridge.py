@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
-from xpml.exceptions import ConvergenceWarning
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.linear_model._base import (
     SklearnInputMixin,
     block_rows,
@@ -266,7 +266,9 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
             solver = "svd"
         return solver
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Self:
         """Fit the ridge coefficients; returns self. ``X`` is never modified."""
         weighted = sample_weight is not None
         self._validate_params()
@@ -332,11 +334,11 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
             cols.append(wt)
             iters.append(it)
             if not done:
-                warnings.warn(
+                warn(
+                    ConvergenceWarning,
                     f"The lbfgs solver did not converge in max_iter={max_iter} sweeps "
                     f"(Ridge(positive=True) is solved by projected coordinate descent "
                     f"here); increase max_iter or tol",
-                    ConvergenceWarning,
                     stacklevel=3,
                 )
         coef = cols[0] if len(y.shape) == 1 else xp.stack(cols, axis=1)
@@ -367,7 +369,7 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
     _solve_dual = staticmethod(_solve_dual)
     _solve_svd = staticmethod(_solve_svd)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """``X w + b``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
         coef, b = ctx.take(self.coef_), ctx.take(self.intercept_)
