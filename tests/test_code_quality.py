@@ -65,3 +65,46 @@ def test_backend_facts_come_from_the_helper_module(rule):
             if pattern.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not hits, "use xpml.utils._array_api instead:\n" + "\n".join(hits)
+
+
+_PUBLIC_METHODS = (
+    "fit",
+    "partial_fit",
+    "predict",
+    "predict_proba",
+    "predict_log_proba",
+    "decision_function",
+    "transform",
+    "fit_transform",
+    "inverse_transform",
+    "fit_predict",
+    "score",
+    "score_samples",
+)
+
+
+def test_public_estimator_methods_have_type_hints():
+    """Every public method of every registered estimator annotates its return
+    and its array arguments (``X``, ``y``, ``sample_weight``)."""
+    import inspect
+
+    from xpml.utils.discovery import all_estimators
+
+    missing = []
+    for name, cls in all_estimators():
+        for meth in _PUBLIC_METHODS:
+            fn = getattr(cls, meth, None)
+            fn = getattr(fn, "__wrapped__", fn)
+            if fn is None or not callable(fn) or isinstance(fn, property):
+                continue
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError):
+                continue
+            if sig.return_annotation is inspect.Signature.empty:
+                missing.append(f"{name}.{meth} -> ?")
+            for arg in ("X", "y", "sample_weight"):
+                p = sig.parameters.get(arg)
+                if p is not None and p.annotation is inspect.Parameter.empty:
+                    missing.append(f"{name}.{meth}({arg})")
+    assert not missing, "\n".join(sorted(set(missing)))

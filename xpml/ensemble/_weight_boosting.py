@@ -225,17 +225,22 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             w = w / xp.sum(w)
         if bar is not None:
             bar.close()
+        self._keep_rounds(ctx, members, betas, errors, dtype=X.dtype)
+        return self._fitted(ctx)
+
+    def _keep_rounds(self, ctx, members, betas, errors, *, dtype):
+        """The fitted members, their votes β and errors (and, for trees, the
+        device copy of their votes used by every predict)."""
+        xp = ctx.xp
         self.estimators_ = members
         self.estimator_weights_ = xp.asarray(
-            np.asarray(betas), dtype=X.dtype, device=ctx.device
+            np.asarray(betas), dtype=dtype, device=ctx.device
         )
         self.estimator_errors_ = xp.asarray(
-            np.asarray(errors), dtype=X.dtype, device=ctx.device
+            np.asarray(errors), dtype=dtype, device=ctx.device
         )
         if all(isinstance(m, _BaseDecisionTree) for m in members):
-            # the trees' votes on the compute device, for every predict
             cached_stack(self, members, ctx, values=_vote_table(betas))
-        return self._fitted(ctx)
 
     # ------------------------------------------------------------ predict
     def _staged_votes(self, ctx, X):
