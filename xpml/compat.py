@@ -221,8 +221,9 @@ def run(
 
 _CATEGORIES = (
     (r"unexpected keyword argument '(\w+)'", "parameter not supported: {0}"),
+    (r"has no attribute '(tree_|_\w+)'", "scikit-learn internals: {0}"),
     (r"has no attribute '(\w+_)'", "fitted attribute not provided: {0}"),
-    (r"has no attribute '(_\w+|tree_|\w+)'", "scikit-learn internals: {0}"),
+    (r"has no attribute '(\w+)'", "method not provided: {0}"),
     (r"sparse", "sparse input not supported"),
     (r"must be one of|must be a|got .* instead|is not allowed", "option not supported"),
     (r"Not equal to tolerance|Arrays are not|assert", "different numbers"),
