@@ -40,6 +40,7 @@ from xpml.utils.validation import (
     check_is_fitted,
     check_n_features,
     check_sample_weight,
+    check_squares_finite,
     check_targets,
     encode_labels,
     set_feature_names,
@@ -175,6 +176,7 @@ class BaseEstimator(Persistable):
 
     _parameter_constraints: dict = {}
     _xpml_tags: dict = {}
+    _distance_based = False  # True: refuse data whose squared distances overflow
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -242,6 +244,8 @@ class BaseEstimator(Persistable):
         n = int(X.shape[0])
         if x_ndim == 2 or (isinstance(x_ndim, tuple) and len(X.shape) == 2):
             self.n_features_in_ = int(X.shape[1])
+        if self._distance_based:
+            check_squares_finite(X, xp=xp, name="X", owner=type(self).__name__)
         if target in ("continuous", "multi"):
             y = check_targets(
                 y,
@@ -282,6 +286,8 @@ class BaseEstimator(Persistable):
         )
         if len(X.shape) == 2:
             check_n_features(self, X, name=name)
+        if self._distance_based:
+            check_squares_finite(X, xp=ctx.xp, name=name, owner=type(self).__name__)
         return ctx, X
 
     def _fitted(self, ctx):

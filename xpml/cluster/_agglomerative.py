@@ -307,6 +307,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
     [[0.0, 1.0, 1.0, 2.0], [2.0, 3.0, 2.0, 2.0], [4.0, 5.0, 5.5, 4.0]]
     """
 
+    _distance_based = True
     _parameter_constraints = {
         "distance_threshold": [None, Interval(Real, 0, None, closed="left")],
         "linkage": [Options(*LINKAGES)],

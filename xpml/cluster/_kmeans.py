@@ -348,6 +348,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     [1]
     """
 
+    _distance_based = True
     _parameter_constraints = {
         "algorithm": [Options("lloyd", "elkan")],
         "init": [Options(*INITS), "array-like"],

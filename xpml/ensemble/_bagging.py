@@ -92,7 +92,7 @@ class _BaseBagging(BaseEstimator):
         "n_estimators": [Interval(Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "oob_score": ["boolean"],
-        "n_jobs": [Interval(Integral, None, None), None],
+        "n_jobs": [Interval(Integral, None, -1), Interval(Integral, 1, None), None],
         "random_state": ["random_state"],
         "progress": ["boolean"],
     }

@@ -84,7 +84,7 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
         "fit_intercept": ["boolean"],
         "copy_X": ["boolean"],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "n_jobs": [None, Integral],
+        "n_jobs": [None, Interval(Integral, None, -1), Interval(Integral, 1, None)],
         "positive": ["boolean"],
         "rcond": [None, Interval(Real, 0, 1, closed="left")],
     }

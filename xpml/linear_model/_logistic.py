@@ -249,7 +249,7 @@ class LogisticRegression(
         "class_weight": [None, "dict", Options("balanced")],
         "verbose": [Interval(Integral, 0, None)],
         "warm_start": ["boolean"],
-        "n_jobs": [None, Integral],
+        "n_jobs": [None, Interval(Integral, None, -1), Interval(Integral, 1, None)],
         "batch_size": [Interval(Integral, 1, None)],
         "fit_intercept": ["boolean"],
         "learning_rate": [None, Interval(Real, 0, None, closed="neither")],

@@ -137,7 +137,7 @@ class Perceptron(
         "random_state": ["random_state"],
         "shuffle": ["boolean"],
         "verbose": [Interval(Integral, 0, None)],
-        "n_jobs": [None, Integral],
+        "n_jobs": [None, Interval(Integral, None, -1), Interval(Integral, 1, None)],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None)],

@@ -127,6 +127,7 @@ def _check_some_weight(w, /, *, xp):
 
 
 class _KNeighborsBase(BaseEstimator):
+    _distance_based = True
     _parameter_constraints = {
         "algorithm": [Options(*ALGORITHMS)],
         "leaf_size": [Interval(Integral, 1, None, closed="left")],

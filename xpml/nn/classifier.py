@@ -38,6 +38,15 @@ def _check_not_continuous(y):
         )
 
 
+def _check_layer_sizes(sizes):
+    bad = [h for h in sizes if isinstance(h, bool) or not isinstance(h, int) or h < 1]
+    if bad:
+        raise ValueError(
+            f"hidden_layer_sizes must hold ints >= 1 (units per hidden layer); "
+            f"got {tuple(sizes)!r}"
+        )
+
+
 class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
     """A feed-forward or convolutional network classifier usable in pipelines.
 
@@ -172,6 +181,7 @@ class NeuralNetClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Train the network; returns self."""
         _check_not_continuous(y)
+        _check_layer_sizes(self.hidden_layer_sizes)
         ctx, X, y, _ = self._validate_fit_data(X, y, target="classes", x_ndim=(2, 4))
         xp = ctx.xp
         k = int(self.classes_.shape[0])

@@ -281,6 +281,24 @@ def _names_message(fitted, names):
     return message
 
 
+def check_squares_finite(X, *, xp, name="X", owner="this estimator"):
+    """Raise when squared distances between rows of ``X`` would overflow.
+
+    Distance-based estimators (neighbours, k-means, linkage) compute
+    ``‖x‖² + ‖z‖² − 2 x·z``; with entries near the dtype's maximum (X × 1e300)
+    the squares are ``inf`` and every neighbour or centre is wrong. One host
+    synchronisation per call.
+    """
+    if len(X.shape) != 2 or X.shape[0] == 0:
+        return
+    if not bool(xp.all(xp.isfinite(xp.sum(X * X, axis=1)))):
+        big = float(xp.max(xp.abs(X)))
+        raise ValueError(
+            f"{owner}: squared distances of {name} overflow {X.dtype} (entries up "
+            f"to {big:.3g}); scale the features (e.g. StandardScaler) first"
+        )
+
+
 def check_n_features(estimator, X, name="X"):
     """Check that ``X`` has as many columns as the data ``estimator`` was fitted on."""
     expected = getattr(estimator, "n_features_in_", None)
