@@ -177,8 +177,8 @@ def fit_logistic_regression(est, X, y, sample_weight):
     from xpml.exceptions import ConvergenceWarning, SeparableDataWarning
 
     est._validate_params()
-    pen, _ = est._penalty()
-    if est._solver_method(pen) != "newton" or est.class_weight is not None:
+    pen, r = est._penalty()
+    if est._solver_method(pen, r) != "newton" or est.class_weight is not None:
         raise TypeError(
             f"LogisticRegression(solver={est.solver!r}, penalty={pen!r}, "
             f"class_weight={est.class_weight!r}) does not fit dask arrays; use "
@@ -190,7 +190,8 @@ def fit_logistic_regression(est, X, y, sample_weight):
     xp, K = data.xp, int(est.classes_.shape[0])
     m = 1 if K == 2 else K
     Wb = (xp.zeros((data.d, m), dtype=data.X.dtype), xp.zeros((m,), dtype=data.X.dtype))
-    lam = 1.0 / float(est.C) if pen is not None else 0.0
+    # as the single-machine fit: elasticnet with l1_ratio=0 is the L2 problem
+    lam = (1.0 - r) / float(est.C) if pen is not None else 0.0
     (W, b), it, converged, separated = _newton(est, data, Wb, lam)
     if not bool(xp.all(xp.isfinite(W))):
         raise ValueError("LogisticRegression: non-finite values in the coefficients")
