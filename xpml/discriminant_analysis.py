@@ -12,7 +12,6 @@ posterior is exactly the logistic function ``P(y = 1 | x) = σ(θ₀ + θᵀx)``
 from __future__ import annotations
 
 import abc
-import math
 import warnings
 from numbers import Integral, Real
 
@@ -32,6 +31,7 @@ from xpml.linear_model._base import (
 )
 from xpml.utils._array_api import device as _device
 from xpml.utils._array_api import eps
+from xpml.utils._math import all_finite
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_is_fitted, decode_labels
 
@@ -190,22 +190,29 @@ def _lda_eigen(X, means, Sigma, St, priors, /, *, xp):
     return coef, intercept, evals, evecs
 
 
-def _lda_svd(Xc, sw, means, priors, /, *, tol, xp):
+def _lda_svd(X, Xc, sw, means, priors, /, *, tol, xp):
     """scikit-learn's SVD solver, with frequency weights: whiten the within-class
     scatter by an SVD of the centred data, then an SVD of the whitened class
-    means. Returns coef, intercept, scalings, between-class singular values."""
+    means. Returns coef, intercept, scalings, between-class singular values.
+    Non-finite standard deviations or singular values (an overflow at huge
+    ``X``) raise :func:`non_finite_error` (one finiteness check)."""
     W, K = xp.sum(sw), means.shape[0]
     xbar = priors @ means
     std = xp.sqrt((sw[None, :] @ (Xc * Xc))[0, :] / W)
     std = xp.where(std == 0, xp.ones_like(std), std)
     Z = xp.sqrt(sw / W)[:, None] * (Xc / std)
-    _, S, Vt = xp.linalg.svd(Z, full_matrices=False)
+    owner, what = "LinearDiscriminantAnalysis", "within-class scatter"
+    with linalg_errors(X, xp=xp, what=what, owner=owner):
+        _, S, Vt = xp.linalg.svd(Z, full_matrices=False)
+    if not all_finite(xp.concat([std, S]), xp=xp):
+        raise non_finite_error(X, xp=xp, what=what, owner=owner)
     rank = int(xp.sum(xp.astype(S > tol, xp.int64)))
     scalings = (Vt[:rank, :] / std).T / S[:rank]
     fac = 1.0 if K == 1 else 1.0 / (K - 1)
     B = (xp.sqrt(W * priors * fac)[:, None] * (means - xbar)) @ scalings
-    _, S, Vt = xp.linalg.svd(B, full_matrices=False)
-    rank = int(xp.sum(xp.astype(S > tol * S[0], xp.int64)))
+    with linalg_errors(X, xp=xp, what="between-class scatter", owner=owner):
+        _, S, Vt = xp.linalg.svd(B, full_matrices=False)
+    rank = int(xp.sum(xp.astype(S > tol * S[0], xp.int64))) if S.shape[0] else 0
     scalings = scalings @ Vt.T[:, :rank]
     coef = (means - xbar) @ scalings
     intercept = -0.5 * xp.sum(coef**2, axis=1) + xp.log(priors)
@@ -358,9 +365,10 @@ class LinearDiscriminantAnalysis(
         self.means_ = means
         solve = {"svd": self._fit_svd, "lsqr": self._fit_lsqr, "eigen": self._fit_eigen}
         coef, intercept = solve[self.solver](X, onehot, sw, xp=xp)
-        check_finite_result(
-            coef, X, xp=xp, what="coefficients", owner=type(self).__name__
-        )
+        if self.solver != "svd":  # "svd" checks its SVD's inputs and results
+            check_finite_result(
+                coef, X, xp=xp, what="coefficients", owner=type(self).__name__
+            )
         if K == 2:
             self.coef_ = (coef[1, :] - coef[0, :])[None, :]
             self.intercept_ = (intercept[1] - intercept[0])[None]
@@ -386,7 +394,7 @@ class LinearDiscriminantAnalysis(
             self.covariance_ = self._covariance(X, onehot, sw, xp=xp)
         Xc = X - onehot @ self.means_
         coef, intercept, self.scalings_, S = _lda_svd(
-            Xc, sw, self.means_, self.priors_, tol=float(self.tol), xp=xp
+            X, Xc, sw, self.means_, self.priors_, tol=float(self.tol), xp=xp
         )
         self.xbar_ = self.priors_ @ self.means_
         self.explained_variance_ratio_ = (S**2 / xp.sum(S**2))[: self._max_components]
@@ -565,10 +573,10 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
         order = xp.flip(xp.argsort(vals))
         return xp.take(vals, order), xp.take(vecs, order, axis=1)
 
-    def _check_rank(self, S2, label, nk, d, /, *, xp):
-        if not math.isfinite(float(xp.max(S2))):  # squares overflowed
+    def _check_rank(self, X, S2, label, nk, d, /, *, xp):
+        if not all_finite(S2, xp=xp):  # squares overflowed
             raise non_finite_error(
-                S2, xp=xp, what="class covariance", owner=type(self).__name__
+                X, xp=xp, what="class covariance", owner=type(self).__name__
             )
         if int(xp.sum(xp.astype(S2 > float(self.tol), xp.int64))) >= d:
             return
@@ -608,7 +616,7 @@ class QuadraticDiscriminantAnalysis(ClassifierMixin, BaseEstimator):
             Xk = xp.take(X, xp.asarray(rows, device=ctx.device), axis=0)
             with linalg_errors(X, xp=xp, what="class covariance", owner="QDA"):
                 S2, R = solve(Xk, xp=xp)
-            self._check_rank(S2, labels[k], int(rows.size), d, xp=xp)
+            self._check_rank(X, S2, labels[k], int(rows.size), d, xp=xp)
             rotations.append(R)
             scalings.append(S2)
         self.means_ = means

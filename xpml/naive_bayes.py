@@ -123,8 +123,10 @@ def _first_call(est, classes, name="classes"):
 
 def _validate_partial(est, X, y, classes, sample_weight, *, name="classes"):
     """``partial_fit``'s validation: ``(ctx, X, codes, sample_weight, first)``,
-    the codes taken against ``classes_`` (a batch may hold any subset of it)."""
-    first = _first_call(est, classes, name)
+    the codes taken against ``classes_`` (a batch may hold any subset of it).
+    ``classes=None, name="codes"`` (``fit``): ``y`` already holds the codes."""
+    coded = name == "codes"
+    first = True if coded else _first_call(est, classes, name)
     n_prev = None if first else est.n_features_in_
     ctx, X, y, sw = est._validate_fit_data(X, y, sample_weight, target="none")
     xp = ctx.xp
@@ -138,6 +140,8 @@ def _validate_partial(est, X, y, classes, sample_weight, *, name="classes"):
         sw = xp.ones((X.shape[0],), dtype=X.dtype, device=ctx.device)
     if len(y.shape) == 2 and y.shape[1] == 1:  # a column vector (fit warned)
         y = xp.reshape(y, (-1,)) if not isinstance(y, np.ndarray) else y.ravel()
+    if coded:  # encoded once by fit: no second encoding (uploads, a sync)
+        return ctx, X, y, sw, first
     try:
         codes = encode_labels_against(est.classes_, y, xp=xp)
     except ValueError as e:
@@ -218,6 +222,8 @@ class _DiscreteNB(_BaseNB):
     def _alpha(self, like, /, *, xp):
         """The smoothing ``α`` (scalar or (d,)) as an array like ``like``."""
         a = _check_alpha(self.alpha, self.force_alpha, like.shape[1])
+        if a.ndim == 0:  # a Python float: no upload
+            return float(a)
         return xp.asarray(a, dtype=like.dtype, device=_device(like))
 
     def _accumulate(self, ctx, X, codes, sw, first):
@@ -247,8 +253,9 @@ class _DiscreteNB(_BaseNB):
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
             )
         self.classes_ = None  # start afresh: the classes are those of y
+        self.classes_, codes = encode_labels(y, name="y", min_classes=1)
         return self._accumulate(
-            *_validate_partial(self, X, y, y, sample_weight, name="y")
+            *_validate_partial(self, X, codes, None, sample_weight, name="codes")
         )
 
     def partial_fit(
