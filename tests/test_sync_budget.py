@@ -548,8 +548,7 @@ BUDGETS = {
     "KNeighborsClassifier": (0, 0, 3, 0, 4),
     "KNeighborsRegressor": (0, 0, 2, 0, 2),
     "KernelRidge": (4, 0, 0, 0, 2),
-    # scikit-learn's "svd" solver (two SVDs, each rank read back, a finiteness
-    # check) and the new transform (uploads xbar_, scalings_)
+    # new svd solver (2 SVDs + ranks + finiteness check), new transform (+2 uploads)
     "LinearDiscriminantAnalysis": (6, 0, 0, 0, 8),
     "LinearRegression": (3, 0, 0, 0, 2),
     "LogisticRegression": (48, 0, 0, 0, 6),
