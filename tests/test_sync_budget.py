@@ -507,8 +507,8 @@ ROWS = [
         "Perceptron",
         {"random_state": 0, "max_iter": 2},
         n=30,
-        const=3,
-        fit_uploads=0,
+        const=4,  # + scikit-learn's tol stopping rule: one read per pass
+        fit_uploads=2,  # the pass order, once per pass (not per row)
         vary={"n": 60},
         fitted_uploads=4,
         **_ROW,
@@ -545,8 +545,9 @@ ROWS = [
 BUDGETS = {
     "BernoulliNB": (0, 0, 0, 0, 8),
     "GaussianNB": (3, 0, 0, 0, 8),
-    "KNeighborsClassifier": (0, 0, 3, 0, 4),
-    "KNeighborsRegressor": (0, 0, 2, 0, 2),
+    # + the squared-distance overflow check of the queries (one read per call)
+    "KNeighborsClassifier": (0, 0, 4, 0, 4),
+    "KNeighborsRegressor": (0, 0, 3, 0, 2),
     "KernelRidge": (4, 0, 0, 0, 2),
     # new svd solver (2 SVDs + ranks + finiteness check), new transform (+2 uploads)
     "LinearDiscriminantAnalysis": (6, 0, 0, 0, 8),

@@ -244,19 +244,10 @@ class BaseEstimator(Persistable):
         n = int(X.shape[0])
         if x_ndim == 2 or (isinstance(x_ndim, tuple) and len(X.shape) == 2):
             self.n_features_in_ = int(X.shape[1])
-        if self._distance_based:
-            check_squares_finite(X, xp=xp, name="X", owner=type(self).__name__)
+        if self._distance_based:  # squared distances must not overflow
+            check_squares_finite(X, xp=xp, owner=type(self).__name__)
         if target in ("continuous", "multi"):
-            y = check_targets(
-                y,
-                xp=xp,
-                name="y",
-                n_samples=n,
-                multi_output=target == "multi",
-                requested=ctx.dtype,
-            )
-            if y.dtype != X.dtype and xp.isdtype(X.dtype, "real floating"):
-                y = xp.astype(y, X.dtype)
+            y = _real_targets(y, X, ctx, multi_output=target == "multi")
         fdtype = X.dtype if xp.isdtype(X.dtype, "real floating") else None
         if sample_weight is not None or target != "none":
             if fdtype is None:
@@ -338,6 +329,7 @@ class BaseEstimator(Persistable):
                 pairwise=bool(t.get("pairwise", False)),
                 positive_only=t.get("positive_only", False),
                 allow_nan=False,
+                sparse=bool(getattr(self, "_accepts_sparse", False)),
             ),
             non_deterministic=t.get("non_deterministic", False),
             requires_fit=True,
@@ -349,6 +341,22 @@ class BaseEstimator(Persistable):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+def _real_targets(y, X, ctx, *, multi_output):
+    """Checked real targets, in ``X``'s float dtype."""
+    xp = ctx.xp
+    y = check_targets(
+        y,
+        xp=xp,
+        name="y",
+        n_samples=int(X.shape[0]),
+        multi_output=multi_output,
+        requested=ctx.dtype,
+    )
+    if y.dtype != X.dtype and xp.isdtype(X.dtype, "real floating"):
+        y = xp.astype(y, X.dtype)
+    return y
 
 
 def _move_fitted(obj, ctx):

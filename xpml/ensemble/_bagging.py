@@ -138,7 +138,7 @@ class _BaseBagging(BaseEstimator):
             _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
         ]
         job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
-        self._set_features(int(X.shape[1]), seeds)
+        self._set_features(int(X.shape[1]), seeds, ctx)
         bar = progress_bar(self.progress, self.n_estimators, type(self).__name__)
         template = self._template()
         if isinstance(template, _BaseDecisionTree) and not self._subsets:
@@ -197,7 +197,7 @@ class _BaseBagging(BaseEstimator):
         self._cache_stack = stack_trees(trees, xp, ctx.device, sources, np_dtype=fdt)
         return members
 
-    def _set_features(self, d, seeds):
+    def _set_features(self, d, seeds, ctx):
         """``estimators_features_``: the columns each member sees (bagging's
         ``max_features``, ``bootstrap_features``, as scikit-learn), drawn from
         a generator of its own per member: the samples' draws do not change."""
@@ -219,14 +219,19 @@ class _BaseBagging(BaseEstimator):
             rng = np.random.default_rng([int(s), 1])
             f = rng.integers(0, d, k) if boot else rng.choice(d, k, replace=False)
             feats.append(np.sort(f))
-        self.estimators_features_ = feats
+        xp = ctx.xp
+        if not self._subsets:  # every column: made on the device, nothing uploaded
+            every = xp.arange(d, device=ctx.device)
+            self.estimators_features_ = [every for _ in seeds]
+            return
+        self.estimators_features_ = [xp.asarray(f, device=ctx.device) for f in feats]
 
     def _columns(self, data, t):
         """``data`` restricted to member ``t``'s columns (itself without subsets)."""
         if not getattr(self, "_subsets", False):
             return data
         xp, ctx = data.ctx.xp, data.ctx
-        cols = xp.asarray(self.estimators_features_[t], device=ctx.device)
+        cols = ctx.take(self.estimators_features_[t])
         return Training(ctx, xp.take(data.X, cols, axis=1), data.y)
 
     def _fit_members(self, job, template, bar, sample_weight):
@@ -271,7 +276,7 @@ class _BaseBagging(BaseEstimator):
         for m, f in zip(trees, self.estimators_features_):
             if m.node_count_ > 1:
                 full = np.zeros(self.n_features_in_)
-                np.add.at(full, f, to_numpy(m.feature_importances_))
+                np.add.at(full, to_numpy(f), to_numpy(m.feature_importances_))
                 split.append(full)
         imp = np.mean(split, axis=0) if split else np.zeros(self.n_features_in_)
         imp = imp / imp.sum() if imp.sum() > 0 else imp

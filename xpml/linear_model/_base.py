@@ -292,6 +292,8 @@ class SklearnInputMixin:
     * A scalar ``sample_weight`` weighs every sample by that number.
     """
 
+    _accepts_sparse = True  # scikit-learn's input tag: sparse X is fitted
+
     def _validate_fit_data(self, X, y=None, sample_weight=None, **kwargs):
         if _is_scipy_sparse(X):
             X = X.toarray()

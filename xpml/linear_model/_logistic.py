@@ -16,8 +16,6 @@ import functools
 import math
 from numbers import Integral, Real
 
-import numpy as np
-
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning, warn
@@ -398,7 +396,9 @@ class LogisticRegression(
         )
         self.coef_ = W.T
         self.intercept_ = b
-        self.n_iter_ = np.asarray([int(n_iter)], dtype=np.int32)  # scikit-learn's shape
+        self.n_iter_ = ctx.xp.full(  # scikit-learn's shape, in the inputs' library
+            (1,), int(n_iter), dtype=ctx.xp.int32, device=ctx.device
+        )
         self.converged_ = bool(converged)
         return self._fitted(ctx)
 

@@ -149,6 +149,7 @@ class Perceptron(
         "sklearn_xfail": {
             "check_sample_weight_equivalence_on_dense_data": "online and order dependent: a "
             "weight of 2 doubles one step, repeating a row takes two steps at different times",
+            "check_sample_weight_equivalence_on_sparse_data": "the same, on sparse X",
         },
     }
 
@@ -221,9 +222,16 @@ class Perceptron(
             raise ValueError("classes must be passed on the first call to partial_fit.")
         known = np.asarray(classes) if first else to_numpy(self.classes_)
         prev = None if first else self._previous()
+        n_seen = getattr(self, "n_features_in_", None)
         ctx, X, codes, sw = self._validate_fit_data(
             X, y, sample_weight, target="classes"
         )
+        if not first and self.n_features_in_ != n_seen:
+            got, self.n_features_in_ = self.n_features_in_, n_seen
+            raise ValueError(
+                f"X has {got} features, but Perceptron is expecting {n_seen} "
+                f"features as input."
+            )
         codes = self._recode(codes, known, ctx)
         self.classes_ = ctx.out(ctx.xp.asarray(known)) if first else prev[2]
         return self._run(ctx, X, codes, sw, prev=prev, passes=1, stop=False)

@@ -222,7 +222,14 @@ class Ridge(SklearnInputMixin, RegressorMixin, BaseEstimator):
         "positive": ["boolean"],
         "random_state": ["random_state"],
     }
-    _xpml_tags = {"multi_output": True}
+    _xpml_tags = {
+        "multi_output": True,
+        "sklearn_xfail": {
+            "check_non_transformer_estimators_n_iter": "n_iter_ is None for the "
+            "direct solvers, as scikit-learn's own Ridge (which the check skips by "
+            "name)",
+        },
+    }
 
     def __init__(
         self,
