@@ -23,8 +23,7 @@ from xpml.base import BaseEstimator, TransformerMixin
 from xpml.kernels import (
     EXTRA_KERNELS,
     KERNELS,
-    block_rows_for,
-    iter_kernel_blocks,
+    kernel_dot,
     kernel_matrix,
     resolve_kernel_params,
 )
@@ -51,23 +50,6 @@ def _inverse_sqrt_psd(K, /, *, xp, rcond=None):
         keep, 1.0 / xp.sqrt(xp.where(keep, w, xp.ones_like(w))), xp.zeros_like(w)
     )
     return (V * inv_sqrt[None, :]) @ V.T, keep
-
-
-def _blocked_map(X, Y, kernel, params, right, /, *, xp):
-    """``K(X, Y) @ right`` computed in row blocks under the Gram engine's budget."""
-    rows = block_rows_for(
-        int(Y.shape[0]),
-        int(Y.shape[1]),
-        4 if X.dtype == xp.float32 else 8,
-        kernel=kernel,
-    )
-    parts = [
-        Kb @ right
-        for _, _, Kb in iter_kernel_blocks(
-            X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=False
-        )
-    ]
-    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
 
 def _class_prefix_names(est, fitted):
@@ -338,7 +320,7 @@ or callable, default="rbf"
             inds = ctx.take(self.component_indices_)
             return ctx.out(xp.take(X, inds, axis=1) @ N.T)
         kernel, p = self._kernel_and_params(int(L.shape[1]))
-        return ctx.out(_blocked_map(X, L, kernel, p, N.T, xp=xp))
+        return ctx.out(kernel_dot(X, L, kernel, p, N.T, xp=xp))
 
     def get_feature_names_out(self, input_features=None):
         """``nystroem0``, ... one per output column."""

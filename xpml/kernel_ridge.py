@@ -40,8 +40,7 @@ from xpml.base import BaseEstimator, RegressorMixin
 from xpml.kernels import (
     EXTRA_KERNELS,
     KERNELS,
-    block_rows_for,
-    iter_kernel_blocks,
+    kernel_dot,
     kernel_matrix,
     resolve_kernel_params,
 )
@@ -550,16 +549,4 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         if X.dtype != X_fit.dtype:
             X = xp.astype(X, X_fit.dtype)
         kernel, p = self._kernel_and_params(int(X_fit.shape[1]))
-        rows = block_rows_for(
-            int(X_fit.shape[0]),
-            int(X_fit.shape[1]),
-            4 if X.dtype == xp.float32 else 8,
-            kernel=kernel,
-        )
-        parts = [
-            Kb @ coef
-            for _, _, Kb in iter_kernel_blocks(
-                X, X_fit, kernel, p, xp=xp, block_rows=rows, symmetric=False
-            )
-        ]
-        return ctx.out(parts[0] if len(parts) == 1 else xp.concat(parts, axis=0))
+        return ctx.out(kernel_dot(X, X_fit, kernel, p, coef, xp=xp))

@@ -744,3 +744,18 @@ def rbf_taylor_features(x, *, gamma=1.0, order=10):
     ]
     cols = [c * x**k for k, c in enumerate(coefs)]
     return ctx.out(xp.exp(-gamma * x * x)[:, None] * xp.stack(cols, axis=1))
+
+
+def kernel_dot(X, Y, kernel, params, right, /, *, xp):
+    """``K(X, Y) @ right`` computed in row blocks of ``X`` under the memory
+    budget, never holding the whole ``K`` (prediction of kernel models)."""
+    rows = block_rows_for(
+        int(Y.shape[0]), int(Y.shape[1]), _itemsize_of(X.dtype, xp), kernel=kernel
+    )
+    parts = [
+        Kb @ right
+        for _, _, Kb in iter_kernel_blocks(
+            X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=False
+        )
+    ]
+    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
