@@ -19,9 +19,16 @@ distributed = pytest.importorskip("distributed")
 from xpml.base import clone  # noqa: E402
 from xpml.cluster import KMeans  # noqa: E402
 from xpml.decomposition import PCA  # noqa: E402
+from xpml.discriminant_analysis import LinearDiscriminantAnalysis as LDA  # noqa: E402
+from xpml.discriminant_analysis import QuadraticDiscriminantAnalysis as QDA  # noqa: E402
 from xpml.kernel_approximation import Nystroem, RandomFourierFeatures  # noqa: E402
 from xpml.kernel_ridge import KernelRidge  # noqa: E402
-from xpml.linear_model import LinearRegression, LogisticRegression, Ridge  # noqa: E402
+from xpml.linear_model import (  # noqa: E402
+    Lasso,
+    LinearRegression,
+    LogisticRegression,
+    Ridge,
+)
 from xpml.naive_bayes import BernoulliNB, GaussianNB, MultinomialNB  # noqa: E402
 from xpml.neighbors import KNeighborsClassifier  # noqa: E402
 from xpml.svm import SVC  # noqa: E402
@@ -77,6 +84,9 @@ CASES = [
     (KMeans(n_clusters=4, init="forgy", n_init=2, max_iter=4, random_state=0), None),
     (Nystroem(n_components=30, gamma=0.2, random_state=0), None),
     (RandomFourierFeatures(n_components=30, gamma="scale", random_state=0), None),
+    (Lasso(alpha=0.1), "y"),
+    (Lasso(alpha=0.5, fit_intercept=False, positive=True), "y"),
+    (Lasso(alpha=0.05, selection="random", random_state=0, tol=1e-8), "y"),
 ]
 OTHER_CHUNKINGS = (
     0,
@@ -86,6 +96,7 @@ OTHER_CHUNKINGS = (
     8,
     12,
     16,
+    18,
 )  # one per family, KMeans the only iterative one
 TARGETS = {"y": Y, "c2": C2, "c3": C3, None: None}
 EXACT = ("labels_", "n_iter_", "classes_", "n_components_", "rank_", "converged_")
@@ -138,6 +149,7 @@ def test_fit_matches_single_machine(client, case, chunking):
         (GaussianNB(), "c2"),
         (LogisticRegression(), "c3"),
         (KMeans(n_clusters=3, init=X[[0, 200, 400]]), None),
+        (Lasso(alpha=0.1), "y"),
     ],
     ids=repr,
 )
@@ -149,6 +161,113 @@ def test_sample_weight(client, est, target):
             np.testing.assert_allclose(got_value, value, rtol=0, atol=1e-10 * 100)
         else:
             np.testing.assert_array_equal(got_value, value)
+
+
+DISCRIMINANT = [
+    LDA(),
+    LDA(store_covariance=True, n_components=1),
+    LDA(priors=[0.2, 0.3, 0.5]),
+    LDA(solver="lsqr"),
+    LDA(solver="lsqr", shrinkage=0.3),
+    LDA(solver="eigen"),
+    LDA(solver="eigen", shrinkage=0.2),
+    QDA(),
+    QDA(reg_param=0.1, store_covariance=True),
+    QDA(solver="eigen"),
+    QDA(solver="eigen", shrinkage=0.3),
+]
+# singular vectors: equal up to the sign of each column (LDA "svd", QDA
+# "svd"); LDA "eigen" only on its K - 1 discriminant directions (the others
+# span the null space of the between-class scatter, any basis of it is valid)
+SIGNED = ("scalings_", "rotations_")
+
+
+def _up_to_sign(got, want, cols, err_msg):
+    got, want = np.asarray(got)[:, :cols], np.asarray(want)[:, :cols]
+    signs = np.where(np.sum(got * want, axis=0) < 0, -1.0, 1.0)
+    np.testing.assert_allclose(got * signs, want, rtol=0, atol=1e-10, err_msg=err_msg)
+
+
+def _check_discriminant(got, ref, K):
+    want, have = _fitted_attributes(ref), _fitted_attributes(got)
+    assert set(have) == set(want)
+    for name, value in want.items():
+        cols = K - 1 if getattr(ref, "solver", "") == "eigen" else None
+        assert not type(have[name]).__module__.startswith("dask"), name
+        pairs = zip(have[name], value) if isinstance(value, list) else None
+        if name == "rotations_" and got.solver == "svd":
+            for g, v in pairs:
+                _up_to_sign(g, v, None, name)
+        elif name in SIGNED and isinstance(got, LDA):
+            _up_to_sign(have[name], value, cols, name)
+        elif pairs is not None:
+            for g, v in pairs:
+                np.testing.assert_allclose(g, v, rtol=0, atol=1e-10, err_msg=name)
+        elif name == "classes_":
+            np.testing.assert_array_equal(have[name], value)
+        else:
+            np.testing.assert_allclose(
+                have[name], value, rtol=0, atol=1e-10, err_msg=name
+            )
+    assert len(pickle.dumps(got)) < 2**20
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+@pytest.mark.parametrize("est", DISCRIMINANT, ids=repr)
+def test_discriminant_analysis(client, est, chunking, weighted):
+    """Every fitted attribute of each solver, within 1e-10 of the single-machine
+    fit (singular vectors up to sign); the same predictions on dask queries."""
+    if weighted and isinstance(est, QDA):
+        pytest.skip("QDA.fit takes no sample_weight")
+    if (weighted or chunking == "tiny") and DISCRIMINANT.index(est) not in (0, 3, 5, 7):
+        if not (chunking == "tiny" and DISCRIMINANT.index(est) == 9):
+            pytest.skip("weights and tiny blocks: one case per solver")
+    for y in (C2, C3):
+        if est.get_params().get("priors") is not None and y is C2:
+            continue
+        rows = CHUNKINGS[chunking]
+        kw = {"sample_weight": W} if weighted else {}
+        dkw = {"sample_weight": _dask(W, rows)} if weighted else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = clone(est).fit(X, y, **kw)
+            got = clone(est).fit(_dask(X, rows), _dask(y, rows), **dkw)
+        _check_discriminant(got, ref, int(np.unique(y).shape[0]))
+        Xd = _dask(X, rows)
+        np.testing.assert_array_equal(got.predict(Xd).compute(), ref.predict(X))
+        np.testing.assert_allclose(
+            got.predict_proba(Xd).compute(), ref.predict_proba(X), atol=1e-10
+        )
+
+
+def test_discriminant_refusals(client):
+    Xd, yd = _dask(X, 100), _dask(C3, 100)
+    with pytest.raises(TypeError, match="shrinkage='auto'"):
+        LDA(solver="lsqr", shrinkage="auto").fit(Xd, yd)
+    with pytest.raises(TypeError, match="covariance_estimator"):
+        QDA(solver="eigen", covariance_estimator=LDA()).fit(Xd, yd)
+    with pytest.raises(NotImplementedError, match="shrinkage not supported"):
+        LDA(shrinkage=0.5).fit(Xd, yd)
+    with pytest.raises(ValueError, match="only 1 sample in class 2"):
+        QDA().fit(Xd, _dask(np.r_[C2[:-1], 2], 100))
+
+
+def test_lasso_several_targets(client):
+    Y2 = np.stack([Y, X[:, 0] - 2 * X[:, 3]], axis=1)
+    ref = Lasso(alpha=0.2).fit(X, Y2)
+    got = Lasso(alpha=0.2).fit(_dask(X, (100, 150, 153)), _dask(Y2, (100, 150, 153)))
+    np.testing.assert_allclose(got.coef_, ref.coef_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(got.intercept_, ref.intercept_, rtol=0, atol=1e-10)
+    assert got.n_iter_ == ref.n_iter_
+    warm = Lasso(alpha=0.1, warm_start=True)
+    warm.coef_ = ref.coef_[0]
+    wref = Lasso(alpha=0.1, warm_start=True)
+    wref.coef_ = ref.coef_[0]
+    warm.fit(_dask(X, 100), _dask(Y, 100))
+    wref.fit(X, Y)
+    np.testing.assert_allclose(warm.coef_, wref.coef_, rtol=0, atol=1e-10)
+    assert warm.n_iter_ == wref.n_iter_
 
 
 ROW_METHODS = [

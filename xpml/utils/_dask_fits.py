@@ -10,6 +10,10 @@ single-machine code:
 * PCA: the centred Gram (``covariance_eigh`` and truncated solvers, exact) or
   the ``R`` factor (``full``).
 * GaussianNB, MultinomialNB, BernoulliNB: per-class sums and counts.
+* LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
+  (:mod:`xpml.utils._dask_discriminant`): class sums, then scatters or ``R``.
+* Lasso (:mod:`xpml.utils._dask_lasso`): the centred Gram, then coordinate
+  descent on it.
 * KMeans (:mod:`xpml.utils._dask_kmeans`), LogisticRegression
   (:mod:`xpml.utils._dask_logistic`): one pass per iteration.
 
@@ -416,59 +420,6 @@ def fit_discrete_nb(est, X, y, sample_weight):
     return est
 
 
-# ----------------------------------------------------------------------- LDA
-def _scatter_block(Xb, codes, wb, means):
-    """``Σ_{class k} w (x − μ_k)(x − μ_k)ᵀ`` per class, of one block (K, d, d)."""
-    xp = _ns(Xb)
-    Y = _onehot(codes, means.shape[0], wb, Xb.dtype)
-    Xc = Xb - _onehot(codes, means.shape[0], None, Xb.dtype) @ means
-    return (xp.stack([(Xc * Y[:, k][:, None]).T @ Xc for k in range(means.shape[0])]),)
-
-
-def _class_means(sums):
-    sx, count = sums[0], sums[1]
-    xp = _ns(sx)
-    return sx / xp.where(count > 0, count, xp.ones_like(count))[:, None]
-
-
-# Not registered for now: the single-machine LDA is gaining attributes
-# (scalings_, xbar_, explained_variance_ratio_) as this is written; register it
-# with @register("LinearDiscriminantAnalysis") once those are replicated here.
-def fit_lda(est, X, y, sample_weight):
-    """Class means, then the per-class scatters weighted ``π_k / n_k`` (two
-    passes, one compute); the solve is the single-machine one."""
-    import dask
-
-    from xpml.discriminant_analysis import _check_weighted_classes, _priors
-    from xpml.utils._math import psd_lstsq
-
-    data = prologue(est, X, y, sample_weight, classes=True)
-    K, d, xp = int(est.classes_.shape[0]), data.d, data.xp
-    arrays = (data.X, data.y, data.w)
-    sums = map_sum(_class_sums_block, arrays, K)
-    means = dask.delayed(_class_means, pure=True)(sums)
-    scatter = map_sum(_scatter_block, arrays, means)
-    (_, counts, _, _), means, (S,) = compute(sums, means, scatter)
-    _check_weighted_classes(counts, est.classes_, xp=xp)
-    safe = xp.where(counts > 0, counts, xp.ones_like(counts))
-    priors = _priors(est.priors, counts, xp=xp, name="priors")
-    Sigma = xp.sum(S * (priors / safe)[:, None, None], axis=0)
-    if est.shrinkage:
-        s = float(est.shrinkage)
-        mu = xp.sum(xp.linalg.diagonal(Sigma)) / d
-        Sigma = (1.0 - s) * Sigma + s * mu * xp.eye(d, dtype=Sigma.dtype)
-    coef = psd_lstsq(Sigma, means.T, xp=xp).T
-    intercept = -0.5 * xp.sum(means * coef, axis=1) + xp.log(priors)
-    est.priors_, est.means_, est.covariance_ = priors, means, Sigma
-    if K == 2:
-        est.coef_ = (coef[1, :] - coef[0, :])[None, :]
-        est.intercept_ = (intercept[1] - intercept[0])[None]
-        est.theta_, est.theta0_ = est.coef_[0, :], est.intercept_[0]
-    else:
-        est.coef_, est.intercept_ = coef, intercept
-    return est
-
-
 # ------------------------------------------------------- kernel approximation
 @register("Nystroem")
 def fit_nystroem(est, X, y, sample_weight):
@@ -519,5 +470,7 @@ def fit_rbf_sampler(est, X, y, sample_weight):
     return est
 
 
+import xpml.utils._dask_discriminant  # noqa: E402,F401  (LDA, QDA)
 import xpml.utils._dask_kmeans  # noqa: E402,F401  (registers KMeans)
+import xpml.utils._dask_lasso  # noqa: E402,F401  (Lasso)
 import xpml.utils._dask_logistic  # noqa: E402,F401  (registers LogisticRegression)
