@@ -532,10 +532,6 @@ ROWS = [
         vary={"n": 120},
         fitted_uploads=4,
         **_ROW,
-        xfail_fit=_xf(
-            "1 sync per row (online.py:378: a torch.linalg factorisation "
-            "of Sigma per row reads its info code back)"
-        ),
     ),
 ]
 

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
+import numpy as np
+
 from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import check_finite_result, linalg_errors
 from xpml.utils._array_api import device as _device
+from xpml.utils._array_api import dispatch, fast_path, portable
 from xpml.utils._math import encode_labels_against
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import decode_labels, encode_labels
@@ -42,6 +45,46 @@ PA_STEPS = {
     "pa1": lambda loss, sq, C, xp: xp.clip(loss / sq, max=C),  # PA-I: capped
     "pa2": lambda loss, sq, C, xp: loss / (sq + 1.0 / (2.0 * C)),  # PA-II: softened
 }
+
+
+_SIGN_ITERATIONS = 60
+"""Newton–Schulz steps of the portable eigenvalue clamp: an eigenvalue ``a`` of
+``Σ − floor·I`` with ``|a| ≥ 1.5⁻⁵⁴ ‖Σ − floor·I‖_F`` has its sign to rounding
+(the iteration grows small ``|a|`` by 1.5 per step, then converges cubically);
+a smaller one is left within ``|a|`` of where the exact clamp puts it."""
+
+
+def _clip_example():
+    """A downdate that collapsed one direction (eigenvalues −0.42, 0.16, 1, 1)
+    and sits on the floor in another."""
+    rng = np.random.default_rng(0)
+    V, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    lam = np.array([-0.42, 1e-9 - 3e-17, 0.16, 1.0, 1.0])
+    return ((V * lam) @ V.T, 1e-9), {"xp": None}
+
+
+@portable("arow.clip_eigenvalues")
+def _clip_eigenvalues_portable(S, floor, /, *, xp):
+    """``Σ`` with its eigenvalues below ``floor`` raised to it, without a
+    factorisation (no info code read back): ``floor·I + (A + A·sign(A))/2`` for
+    ``A = Σ − floor·I``, ``sign(A)`` by the Newton–Schulz iteration
+    ``Y ← Y(3I − Y²)/2`` from ``A/‖A‖_F`` (it commutes with ``A``)."""
+    eye = xp.eye(S.shape[0], dtype=S.dtype, device=_device(S))
+    A = S - floor * eye
+    norm = xp.sqrt(xp.sum(A * A))
+    Y = A / xp.where(norm > 0, norm, xp.ones_like(norm))
+    for _ in range(_SIGN_ITERATIONS):
+        Y = Y @ (1.5 * eye - 0.5 * (Y @ Y))
+    C = floor * eye + 0.5 * (A + A @ Y)
+    return 0.5 * (C + C.T)
+
+
+@fast_path("arow.clip_eigenvalues", "numpy", example=_clip_example)
+def _clip_eigenvalues_eigh(S, floor, /, *, xp):
+    """NumPy: the eigen-decomposition itself (no device to stall)."""
+    lam, V = xp.linalg.eigh(S)
+    C = (V * xp.clip(lam, min=floor)[None, :]) @ V.T
+    return 0.5 * (C + C.T)
 
 
 class _OnlineBinary(ClassifierMixin, BaseEstimator):
@@ -272,7 +315,14 @@ class AROW(_OnlineBinary):
     eigenvalue of ``Σ`` below zero along ``v``: the covariance collapses there. After each
     update ``Σ`` is symmetrised, ``(Σ + Σᵀ)/2``, and, when an eigenvalue falls
     below ``eig_floor``, its eigenvalues are clamped at the floor (counted in
-    ``n_clamps_``). ``covariance="diag"`` keeps only the diagonal (``v = σ∘x``,
+    ``n_clamps_``). No factorisation runs per row (none reads an info code
+    back to the host): by Sylvester's law an update takes ``λ_min`` below the
+    floor when ``β x·Σx ≥ 1`` (a new collapse; exact up to ``floor/λ_min(Σ)``), and
+    once a direction sits on the floor every later update pushes it below again
+    (``Σ`` only shrinks), so each counts; the clamp is
+    ``floor·I + (A + A·sign(A))/2`` with ``A = Σ − floor·I`` and ``sign(A)`` by
+    Newton–Schulz iterations (NumPy: the eigen-decomposition, no device to
+    stall). ``covariance="diag"`` keeps only the diagonal (``v = σ∘x``,
     ``σ ← max(σ − β v², floor)``), O(d) per row for large ``d``.
 
     Parameters
@@ -365,24 +415,26 @@ class AROW(_OnlineBinary):
         full = self.covariance == "full"
         zero = xp.zeros((), dtype=X.dtype, device=_device(X))
         updates, clamps = zero, zero
+        # Σ has an eigenvalue on the floor once a clamp fired (Σ only shrinks)
+        floored = zero < (1.0 if state["clamps"] > 0 else 0.0)
+        clip = dispatch("arow.clip_eigenvalues", xp)
         for i in range(X.shape[0]):
             x, yi = X[i, :], s[i]
             m = yi * (mu @ x)
             mistakes = mistakes + xp.astype(m <= 0, X.dtype)
             v = Sigma @ x if full else Sigma * x
-            beta = xp.where(m < 1, (1.0 - m) / (x @ v + inv_r), zero)
+            q = x @ v
+            beta = xp.where(m < 1, (1.0 - m) / (q + inv_r), zero)
             mu = mu + (beta * yi) * v
             updates = updates + xp.astype(m < 1, X.dtype)
             if full:
                 Sigma = Sigma - beta * (v[:, None] * v[None, :])
                 Sigma = 0.5 * (Sigma + Sigma.T)
-                lam, V = xp.linalg.eigh(Sigma)
-                # the lecture's count: every update after which the smallest
-                # eigenvalue is below the floor (a re-clamp of a direction already
-                # on the floor counts too; no tolerance, which undercounted it)
-                fired = (m < 1) & (xp.min(lam) < floor)
-                clamped = (V * xp.clip(lam, min=floor)[None, :]) @ V.T
-                Sigma = xp.where(fired, 0.5 * (clamped + clamped.T), Sigma)
+                # λ_min(Σ') < floor: a new collapse (β x·Σx ≥ 1, Sylvester) or a
+                # downdate of a direction already on the floor (see Notes)
+                fired = (m < 1) & (floored | (beta * q >= 1.0))
+                Sigma = xp.where(fired, clip(Sigma, floor, xp=xp), Sigma)
+                floored = floored | fired
             else:
                 Sigma = Sigma - beta * v * v
                 fired = (m < 1) & (xp.min(Sigma) < floor)
