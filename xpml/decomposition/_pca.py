@@ -54,6 +54,15 @@ def _n_components_for(n_components, ratio_host, max_k):
     return min(int(np.searchsorted(cum, n_components, side="right")) + 1, max_k)
 
 
+def _read_variances(ev, lost, /, *, xp):
+    """The variances and the covariance's "digits lost" flag (0 when there is
+    none) on the host, in one read."""
+    flag = xp.zeros((1,), dtype=ev.dtype, device=device(ev))
+    if lost is not None:
+        flag = flag + xp.astype(lost, ev.dtype)
+    return to_numpy(xp.concat([ev, flag]))
+
+
 def choose_svd_solver(svd_solver, shape, n_components):
     """scikit-learn 1.9's ``svd_solver="auto"``: "covariance_eigh" for tall data
     with at most 1000 features (``n ≥ 10 d``), "full" for small problems
@@ -94,32 +103,38 @@ def _centred_gram(X, mean, /, *, xp):
     return G
 
 
-def _covariance(X, mean, /, *, xp):
-    """The sample covariance ``(X − x̄)ᵀ(X − x̄) / (n − 1)``: by one GEMM on
-    ``X`` less ``n x̄x̄ᵀ`` while the mean is small against the spread (one host
-    read of that ratio), else from the centred data (no cancellation)."""
+def _covariance(X, mean, /, *, xp, centred=False):
+    """The sample covariance ``(X − x̄)ᵀ(X − x̄) / (n − 1)`` and a device flag.
+
+    By one GEMM on ``X`` less ``n x̄x̄ᵀ`` (``centred=False``; the flag says
+    whether the mean is too large against the spread for that, read later with
+    the variances, see :data:`_MAX_MEAN_TO_SPREAD`), else from the centred data
+    in row blocks (no cancellation; the flag is False)."""
     n = X.shape[0]
+    if centred:
+        return _centred_gram(X, mean, xp=xp) / (n - 1), None
     G = X.T @ X - n * (mean[:, None] * mean[None, :])
     spread = xp.max(xp.linalg.diagonal(G)) / n
-    if float(xp.max(mean * mean)) > _MAX_MEAN_TO_SPREAD * float(spread):
-        G = _centred_gram(X, mean, xp=xp)
-    return G / (n - 1)
+    lost = xp.max(mean * mean) > _MAX_MEAN_TO_SPREAD * spread
+    return G / (n - 1), lost
 
 
 def _solve_full(X, mean, k, params, /, *, xp):
-    """Thin SVD of the centred data: ``(explained variance, s, Vt)``."""
+    """Thin SVD of the centred data: ``(explained variance, s, Vt, None)``
+    (the last item, a device flag "redo centred", is only the covariance's)."""
     s, Vt = right_singular(X - mean, xp=xp)
-    return s * s / (X.shape[0] - 1), s, Vt
+    return s * s / (X.shape[0] - 1), s, Vt, None
 
 
-def _solve_covariance_eigh(X, mean, k, params, /, *, xp):
+def _solve_covariance_eigh(X, mean, k, params, /, *, xp, centred=False):
     """Eigen-decomposition of the ``d × d`` covariance: variances are its
     eigenvalues (clamped at 0, in decreasing order), axes its eigenvectors,
-    ``s = √((n − 1) λ)``."""
-    lam, V = xp.linalg.eigh(_covariance(X, mean, xp=xp))
+    ``s = √((n − 1) λ)``; last, the covariance's "digits lost" device flag."""
+    G, lost = _covariance(X, mean, xp=xp, centred=centred)
+    lam, V = xp.linalg.eigh(G)
     lam = xp.maximum(xp.flip(lam, axis=0), xp.zeros_like(lam))
     Vt = xp.flip(V, axis=1).T
-    return lam, xp.sqrt(lam * (X.shape[0] - 1)), Vt
+    return lam, xp.sqrt(lam * (X.shape[0] - 1)), Vt, lost
 
 
 def _solve_randomized(X, mean, k, params, /, *, xp):
@@ -133,15 +148,15 @@ def _solve_randomized(X, mean, k, params, /, *, xp):
     Q = randomized_range(M, size, params, xp=xp)
     Uh, s, Vt = xp.linalg.svd(Q.T @ M, full_matrices=False)
     Vt = (Q @ Uh).T if n < d else Vt
-    return s[:k] * s[:k] / (n - 1), s[:k], Vt[:k, :]
+    return s[:k] * s[:k] / (n - 1), s[:k], Vt[:k, :], None
 
 
 def _solve_arpack(X, mean, k, params, /, *, xp):
     """ARPACK's answer (the ``k`` leading singular triplets, converged to
     ``tol = 0``) is the truncated exact SVD: there is no ARPACK on the array
     API, so the thin SVD is taken and truncated."""
-    ev, s, Vt = _solve_full(X, mean, k, params, xp=xp)
-    return ev[:k], s[:k], Vt[:k, :]
+    ev, s, Vt, _ = _solve_full(X, mean, k, params, xp=xp)
+    return ev[:k], s[:k], Vt[:k, :], None
 
 
 _SOLVE = {
@@ -332,15 +347,22 @@ class PCA(TransformerMixin, BaseEstimator):
         k = _truncated_k(self.n_components, solver, max_k) if truncated else None
         mean = xp.mean(X, axis=0)
         params = self._randomized_params(k, max_k)
-        ev, s, Vt = _SOLVE[solver](X, mean, k, params, xp=xp)
-        _, Vt = svd_flip(None, Vt, xp=xp)
+        ev, s, Vt, lost = _SOLVE[solver](X, mean, k, params, xp=xp)
         if truncated:  # scikit-learn's: the total from the data, the rest as noise
             total = xp.sum(xp.var(X, axis=0, correction=1))
             rest = float((total - xp.sum(ev)) / (max_k - k)) if k < max_k else 0.0
-        else:
+        else:  # one read: the variances (for k and the noise) and the flag
+            host = _read_variances(ev, lost, xp=xp)
+            if host[-1]:  # the mean swamps the spread: covariance from centred data
+                ev, s, Vt, _ = _solve_covariance_eigh(
+                    X, mean, k, params, xp=xp, centred=True
+                )
+                host = _read_variances(ev, None, xp=xp)
+            ev_host = host[:-1]
+            k = _n_components_for(self.n_components, ev_host / ev_host.sum(), max_k)
+            rest = float(np.mean(ev_host[k:])) if k < max_k else 0.0
             total = xp.sum(ev)
-            k = _n_components_for(self.n_components, to_numpy(ev / total), max_k)
-            rest = float(xp.mean(ev[k:])) if k < max_k else 0.0
+        _, Vt = svd_flip(None, Vt, xp=xp)
         self._fit_svd_solver = solver
         self.n_samples_ = int(n)
         self.n_components_ = k
