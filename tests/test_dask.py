@@ -30,7 +30,11 @@ from xpml.linear_model import (  # noqa: E402
     Ridge,
 )
 from xpml.naive_bayes import BernoulliNB, GaussianNB, MultinomialNB  # noqa: E402
-from xpml.neighbors import KNeighborsClassifier  # noqa: E402
+from xpml.neighbors import (  # noqa: E402
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    NearestNeighbors,
+)
 from xpml.svm import SVC  # noqa: E402
 from xpml.tree import DecisionTreeClassifier  # noqa: E402
 
@@ -268,6 +272,78 @@ def test_lasso_several_targets(client):
     wref.fit(X, Y)
     np.testing.assert_allclose(warm.coef_, wref.coef_, rtol=0, atol=1e-10)
     assert warm.n_iter_ == wref.n_iter_
+
+
+NEIGHBORS = [
+    (NearestNeighbors(n_neighbors=4), None),
+    (KNeighborsClassifier(n_neighbors=5), "c3"),
+    (KNeighborsClassifier(n_neighbors=6, weights="distance", metric="manhattan"), "c3"),
+    (KNeighborsClassifier(n_neighbors=4, algorithm="kd_tree"), "c2"),
+    (KNeighborsRegressor(n_neighbors=3), "y"),
+]
+
+
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+@pytest.mark.parametrize("case", NEIGHBORS, ids=lambda c: repr(c[0]))
+def test_neighbors_fitted_on_dask(client, case, chunking):
+    """Exact k-NN fitted on dask: the same neighbour indices (ties by index),
+    distances and predictions as the NumPy fit, for NumPy and dask queries and
+    for X=None (each training point without itself)."""
+    est, target = case
+    rows = CHUNKINGS[chunking]
+    y = TARGETS[target]
+    args = () if y is None else (y,)
+    ref = clone(est).fit(X, *args)
+    got = clone(est).fit(_dask(X, rows), *(_dask(a, rows) for a in args))
+    want, have = _fitted_attributes(ref), _fitted_attributes(got)
+    assert set(have) == set(want)
+    for name, value in want.items():
+        assert not type(have[name]).__module__.startswith("dask"), name
+        np.testing.assert_array_equal(have[name], value, err_msg=name)
+    Q = np.random.default_rng(3).standard_normal((57, D)) + 3.0
+    ref_dist, ref_ind = ref.kneighbors(Q)
+    dist, ind = got.kneighbors(Q)
+    assert isinstance(ind, np.ndarray)
+    np.testing.assert_array_equal(ind, ref_ind)
+    np.testing.assert_allclose(dist, ref_dist, rtol=0, atol=1e-12)
+    lazy = got.kneighbors(_dask(Q, (20, 37)), return_distance=False)
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), ref_ind)
+    np.testing.assert_array_equal(
+        got.kneighbors(n_neighbors=3, return_distance=False),
+        ref.kneighbors(n_neighbors=3, return_distance=False),
+    )
+    if y is not None:
+        np.testing.assert_array_equal(got.predict(Q), ref.predict(Q))
+        pred = got.predict(_dask(Q, (20, 37)))
+        assert isinstance(pred, da.Array)
+        np.testing.assert_array_equal(pred.compute(), ref.predict(Q))
+    if target in ("c2", "c3"):
+        np.testing.assert_allclose(
+            got.predict_proba(Q), ref.predict_proba(Q), rtol=0, atol=1e-12
+        )
+    assert len(pickle.dumps(got)) < 2**20
+
+
+def test_neighbors_on_dask_keep_x_on_the_cluster(client):
+    """Queries move candidate rows between workers, and only the answers to
+    the client; a NumPy refit forgets the dask data."""
+    n, d = 20_000, 8
+    Xd = da.random.default_rng(0).standard_normal((n, d), chunks=(5_000, d)).persist()
+    distributed.wait(Xd)
+    knn = NearestNeighbors(n_neighbors=5).fit(Xd)
+    Q = np.random.default_rng(1).standard_normal((40, d))
+    workers = list(client.cluster.workers.values())
+    since = [len(w.transfer_outgoing_log) for w in workers]
+    _, ind = knn.kneighbors(Q)
+    _, to_client = _sent(workers, since)
+    assert to_client < 0.05 * Xd.nbytes, (to_client, Xd.nbytes)
+    ref = NearestNeighbors(n_neighbors=5).fit(Xd.compute())
+    np.testing.assert_array_equal(ind, ref.kneighbors(Q, return_distance=False))
+    knn.fit(X[:50])
+    assert knn.kneighbors(
+        X[:2], n_neighbors=1, return_distance=False
+    ).ravel().tolist() == [0, 1]
 
 
 ROW_METHODS = [

@@ -11,7 +11,10 @@ no dask array goes straight through; a call with one comes here:
   blocks, whatever the chunks hold);
 * ``fit``: the dask fit registered for the class (:func:`register`, the table
   lives in :mod:`xpml.utils._dask_fits`); others raise ``TypeError`` naming
-  the supported ones.
+  the supported ones;
+* ``kneighbors`` / ``predict`` / ``predict_proba`` of a k-NN estimator fitted
+  on dask arrays (its data stays on the cluster, :data:`DASK_FIT`), for dask
+  or in-memory queries: :mod:`xpml.utils._dask_neighbors`.
 
 The engine only ever maps a function over row blocks (:func:`blocks`), sums
 the small per-block statistics up a binary tree of delayed additions
@@ -62,6 +65,10 @@ ROW_METHODS = (
 )
 _FIT_METHODS = ("fit", "fit_transform", "fit_predict")
 _ROUTED = ROW_METHODS + _FIT_METHODS + ("score", "kneighbors")
+_NEIGHBOR_METHODS = ("kneighbors", "predict", "predict_proba")
+# the attribute of an estimator whose fit keeps its data on the cluster (exact
+# k-NN): its queries are answered there (not state: never saved or moved)
+DASK_FIT = "_cache_dask_fit"
 
 
 # ------------------------------------------------------------------ routing
@@ -85,6 +92,11 @@ def _routed(name, fn):
     def method(self, *args, **kwargs):
         if any(map(is_dask_array, args)) or any(map(is_dask_array, kwargs.values())):
             return _dispatch(self, name, args, kwargs)
+        if DASK_FIT in self.__dict__:  # fitted on dask arrays, kept there
+            if name in _FIT_METHODS:
+                del self.__dict__[DASK_FIT]
+            elif name in _NEIGHBOR_METHODS:
+                return _neighbors(self, name, args, kwargs)
         return fn(self, *args, **kwargs)
 
     method._xpml_dask = True
@@ -127,6 +139,8 @@ def _dispatch(est, name, args, kwargs):
         return _fit(est, name, *args, **kwargs)
     if name == "score":
         return _score(est, *args, **kwargs)
+    if DASK_FIT in est.__dict__ and name in _NEIGHBOR_METHODS:
+        return _neighbors(est, name, args, kwargs)
     if name == "kneighbors":
         return _kneighbors(est, *args, **kwargs)
     return map_rows(est, name, args[0] if args else kwargs.pop("X"), args[1:], kwargs)
@@ -149,6 +163,13 @@ def _fit(est, name, X, y=None, sample_weight=None, **params):
         return est.transform(X)
     _, da = _import_dask()
     return da.from_array(est.labels_, chunks=(rows(X).chunks[0],))
+
+
+def _neighbors(est, name, args, kwargs):
+    from xpml.utils._dask_neighbors import answer
+
+    _import_dask()
+    return answer(est, name, args, kwargs)
 
 
 # ------------------------------------------------------------------- blocks

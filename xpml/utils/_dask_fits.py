@@ -12,6 +12,9 @@ single-machine code:
 * GaussianNB, MultinomialNB, BernoulliNB: per-class sums and counts.
 * LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
   (:mod:`xpml.utils._dask_discriminant`): class sums, then scatters or ``R``.
+* NearestNeighbors, KNeighborsClassifier/Regressor
+  (:mod:`xpml.utils._dask_neighbors`): the data stays on the cluster; each
+  query block is answered from per-chunk top-k lists merged up a tree.
 * Lasso (:mod:`xpml.utils._dask_lasso`): the centred Gram, then coordinate
   descent on it.
 * KMeans (:mod:`xpml.utils._dask_kmeans`), LogisticRegression
@@ -474,3 +477,4 @@ import xpml.utils._dask_discriminant  # noqa: E402,F401  (LDA, QDA)
 import xpml.utils._dask_kmeans  # noqa: E402,F401  (registers KMeans)
 import xpml.utils._dask_lasso  # noqa: E402,F401  (Lasso)
 import xpml.utils._dask_logistic  # noqa: E402,F401  (registers LogisticRegression)
+import xpml.utils._dask_neighbors  # noqa: E402,F401  (exact k-NN)
