@@ -56,6 +56,7 @@ def _block_rows(X, k, xp, memory_budget):
     return block_rows_for(k, X.shape[1], size, kernel="linear", memory_budget=budget)
 
 
+@portable("kmeans.nearest")
 def _nearest(Ab, B, prev, /, *, xp):
     """Nearest centre of each row of a block of ``A = [x, 1]`` against
     ``B = [−2c, ‖c‖²]`` (:func:`xpml.kernels.point_factor`; ``prev`` kept on ties)."""
@@ -68,13 +69,40 @@ def _nearest(Ab, B, prev, /, *, xp):
     return lab
 
 
+def _nearest_example():
+    rng = np.random.default_rng(0)
+    A = np.concatenate([rng.standard_normal((60, 3)), np.ones((60, 1))], axis=1)
+    C = np.concatenate([rng.standard_normal((4, 3)), A[:2, :3]])  # 4, 5 on points
+    C = np.concatenate([C, C[:3]])  # centres 6, 7, 8 tie with 0, 1, 2
+    B = np.concatenate([-2.0 * C, np.sum(C * C, axis=1)[:, None]], axis=1)
+    return (A, B, rng.integers(0, 9, 60)), {"xp": None}
+
+
+@fast_path("kmeans.nearest", "numpy", example=_nearest_example)
+def _nearest_numpy(Ab, B, prev, /, *, xp):
+    """As the portable twin, but the tie rule looks only at the rows whose
+    nearest centre moved (few after the first iterations) instead of two
+    gathers and a select over every row."""
+    S = Ab @ B.T
+    lab = np.argmin(S, axis=1)
+    if prev is not None:
+        moved = np.flatnonzero(lab != prev)
+        if moved.size:
+            p = prev[moved]
+            kept = S[moved, p] <= S[moved, lab[moved]]
+            lab[moved[kept]] = p[kept]
+    return lab
+
+
 def _assign_factored(A, B, previous, rows, /, *, xp):
     """Labels of all rows of ``A = [x, 1]`` against ``B = [−2c, ‖c‖²]``, in row
     blocks (a thread pool on NumPy, :func:`xpml.linalg.map_row_blocks`)."""
 
+    nearest = dispatch("kmeans.nearest", xp)
+
     def block(r0, r1):
         prev = None if previous is None else previous[r0:r1]
-        return _nearest(A[r0:r1, :], B, prev, xp=xp)
+        return nearest(A[r0:r1, :], B, prev, xp=xp)
 
     out = map_row_blocks(block, A.shape[0], rows, xp=xp)
     return out[0] if len(out) == 1 else xp.concat(out)
@@ -113,12 +141,13 @@ def _cluster_sums_example():
 
 @fast_path("cluster_sums", "numpy", example=_cluster_sums_example)
 def _cluster_sums_numpy(labels, Xw, w, /, *, xp, k):
-    """O(n·d) scatter-add by one ``bincount`` over (cluster, feature) cells."""
-    d = Xw.shape[1]
-    cells = (labels[:, None] * d + np.arange(d)[None, :]).reshape(-1)
-    sums = np.bincount(cells, weights=Xw.reshape(-1), minlength=k * d)
+    """O(n·d) scatter-add by one ``bincount`` per feature (contiguous when
+    ``Xw`` is column-major, as :func:`_weighted_points` makes it on NumPy)."""
+    sums = np.empty((k, Xw.shape[1]), dtype=np.float64)
+    for j in range(Xw.shape[1]):
+        sums[:, j] = np.bincount(labels, weights=Xw[:, j], minlength=k)
     wsum = np.bincount(labels, weights=w, minlength=k)
-    return sums.reshape(k, d).astype(Xw.dtype), wsum.astype(w.dtype)
+    return sums.astype(Xw.dtype, copy=False), wsum.astype(w.dtype, copy=False)
 
 
 @fast_path("cluster_sums", "torch", example=_cluster_sums_example)
@@ -127,6 +156,24 @@ def _cluster_sums_torch(labels, Xw, w, /, *, xp, k):
     sums = xp.zeros((k, Xw.shape[1]), dtype=Xw.dtype, device=Xw.device)
     wsum = xp.zeros((k,), dtype=w.dtype, device=w.device)
     return sums.index_add(0, labels, Xw), wsum.index_add(0, labels, w)
+
+
+@portable("kmeans.weighted_points")
+def _weighted_points(X, w, /, *, xp):
+    """``w[:, None] * X``."""
+    return X * w[:, None]
+
+
+def _weighted_points_example():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((7, 3)), rng.uniform(0.5, 2.0, 7)), {"xp": None}
+
+
+@fast_path("kmeans.weighted_points", "numpy", example=_weighted_points_example)
+def _weighted_points_numpy(X, w, /, *, xp):
+    """``w[:, None] * X`` column-major, so that each feature's ``bincount`` in
+    :func:`_cluster_sums_numpy` reads a contiguous column."""
+    return np.asfortranarray(X * w[:, None])
 
 
 @dataclasses.dataclass
@@ -144,7 +191,8 @@ class _Data:
     @classmethod
     def make(cls, X, w, k, /, *, xp, memory_budget=None):
         rows = _block_rows(X, k, xp, memory_budget)
-        return cls(X, w, X * w[:, None], query_factor(X, xp=xp), rows)
+        Xw = dispatch("kmeans.weighted_points", xp)(X, w, xp=xp)
+        return cls(X, w, Xw, query_factor(X, xp=xp), rows)
 
 
 def _lloyd_step(data, C, previous, /, *, xp):
