@@ -42,8 +42,6 @@ HOST_STATE = {
     "dual_objective_, primal_objective_, duality_gap_, violation_ as NumPy",
     "SVC(probability=True,random_state=0)": "as SVC",
     "SVC(kernel='linear')": "as SVC",
-    "SequentialFeatureSelector": "linear_model/_feature_selection.py:169 keeps "
-    "support_ as a NumPy mask",
 }
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+from array_api_compat import array_namespace
 
+from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, TransformerMixin
 from xpml.exceptions import InvalidParameterError
@@ -167,17 +169,30 @@ class SequentialFeatureSelector(TransformerMixin, BaseEstimator):
             best_prev = best
         support = np.zeros(d, dtype=bool)
         support[sorted(current)] = True
-        self.support_ = support
-        self.n_features_to_select_ = int(support.sum())
+        self._cache_columns = np.flatnonzero(support)  # host copy: no read-back later
+        self.support_ = xp.asarray(support, device=ctx.device)  # X's library
+        self.n_features_to_select_ = len(current)
         self.scores_ = scores
         return self._fitted(ctx)
 
+    def _columns_host(self):
+        """Selected column indices on the host (read from ``support_`` once when
+        the model was loaded or moved, not fitted here)."""
+        if getattr(self, "_cache_columns", None) is None:
+            self._cache_columns = np.flatnonzero(to_numpy(self.support_))
+        return self._cache_columns
+
     def get_support(self, indices=False):
-        """The selected features as a bool mask, or their indices."""
+        """The selected features as a bool mask, or their indices (int64), in
+        ``support_``'s library and device."""
         check_is_fitted(self)
-        return np.flatnonzero(self.support_) if indices else self.support_.copy()
+        xp = array_namespace(self.support_)
+        if indices:
+            cols = np.asarray(self._columns_host(), dtype=np.int64)
+            return xp.asarray(cols, device=device(self.support_))
+        return xp.asarray(self.support_, copy=True)
 
     def transform(self, X: ArrayLike) -> Array:
         """The selected columns of ``X``, in the caller's library."""
         ctx, X = self._validate_predict_data(X)
-        return ctx.out(_columns(X, np.flatnonzero(self.support_), xp=ctx.xp))
+        return ctx.out(_columns(X, self._columns_host(), xp=ctx.xp))
