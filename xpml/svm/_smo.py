@@ -40,13 +40,17 @@ solved to ``10 tol`` (and again at the end) the gradient of the removed
 variables is reconstructed (:func:`_unshrink`, ``v_i = y_i − Σ_j K_ij y_j α_j``)
 and optimality re-checked on the whole set, so the answer is the unshrunk one.
 
-Host synchronisation per working set: one read of the packed proposal, one
-transfer each way for the subproblem on the libraries whose small-array
-operations are expensive (torch, CuPy: the ``q × q`` block and four
-``q``-vectors go to the host, ``α_B`` comes back), the working set's indices
-uploaded once. Library-specific pieces (NumPy's ``argpartition``, indexed row
-writes, the host subproblem) are registered with
-:func:`xpml.utils._array_api.fast_path` beside portable twins.
+Host synchronisation per working set: one read of the packed proposal, and
+on every library but NumPy (:func:`_solve_block_portable`) one transfer each
+way: ``B`` is assembled on the device from the proposal's own device arrays
+(no upload), the ``q × q`` block and four ``q``-vectors go to the host for
+the subproblem (thousands of tiny sequential steps cost less there than as
+device launches), and one upload brings back ``α_B``, the steps of the
+variables that moved, their cache slots and the kernel rows to compute.
+Shrinking and unshrinking read one mask or count and upload nothing (the
+row cache keeps a device copy of its slot map). Library-specific pieces
+(NumPy's ``argpartition`` and host solve, indexed row writes) are registered
+with :func:`xpml.utils._array_api.fast_path` beside portable twins.
 
 References
 ----------
@@ -402,6 +406,11 @@ class KernelRows:
         self.buf = None
         self.size = self.used = 0
         self.slot_of = np.full(self.n, -1, dtype=np.int64)
+        # the device's copy of slot_of, kept in step through the uploads that
+        # compute rows anyway (so shrinking can move cached rows without one)
+        self.slot_dev = self.xp.full(
+            (self.n,), -1, dtype=self.xp.int64, device=device(X)
+        )
         self.row_of = np.full(self.cap, -1, dtype=np.int64)
         self.stamp = np.zeros(self.cap, dtype=np.int64)
         self.clock = 0
@@ -445,43 +454,67 @@ class KernelRows:
         order = np.argsort(self.stamp[:old_used], kind="stable")
         order = order[self.stamp[order] < self.clock][: n_miss - free]
         old = self.row_of[order]
-        self.slot_of[old[old >= 0]] = -1
+        self.evicted = np.sort(old[old >= 0])
+        self.slot_of[self.evicted] = -1
         return np.concatenate([fresh, order])
 
-    def fetch(self, B):
-        """Make the rows ``B`` (sorted host ints) resident; return their slots."""
+    def plan(self, B):
+        """The bookkeeping of :meth:`fetch` (host only): slots for the rows
+        ``B`` (sorted host ints), the rows to compute with their slots, and
+        the rows evicted for them (sorted)."""
         self.clock += 1
+        self.evicted = B[:0]
         slots = self.slot_of[B]
         miss = slots < 0
         n_miss = int(miss.sum())
         self.hits += len(B) - n_miss
         self.stamp[slots[~miss]] = self.clock
-        if n_miss:
-            new = B[miss]
-            order = self._slots_for(n_miss)
-            for c in range(0, n_miss, self.chunk):
-                self._compute(new[c : c + self.chunk], order[c : c + self.chunk])
-            self.row_of[order] = new
-            self.slot_of[new] = order
-            self.stamp[order] = self.clock
-            slots = self.slot_of[B]
-            self.computed_rows += n_miss
+        if not n_miss:
+            return slots, B[:0], slots[:0], B[:0]
+        new = B[miss]
+        order = self._slots_for(n_miss)
+        self.row_of[order] = new
+        self.slot_of[new] = order
+        self.stamp[order] = self.clock
+        self.computed_rows += n_miss
+        return self.slot_of[B], new, order, self.evicted
+
+    def compute(self, new, slots, evicted):
+        """Kernel rows ``new`` into the cache ``slots``, ``evicted`` rows
+        forgotten (device ints, as :meth:`plan` returned them)."""
+        xp = self.xp
+        scatter = dispatch("svm.scatter", xp)
+        if evicted.shape[0]:
+            gone = xp.full(evicted.shape, -1, dtype=xp.int64, device=device(new))
+            self.slot_dev = scatter(self.slot_dev, evicted, gone, xp=xp)
+        self.slot_dev = scatter(self.slot_dev, new, slots, xp=xp)
+        m = int(new.shape[0])
+        for c in range(0, m, self.chunk):
+            e = min(c + self.chunk, m)
+            self._compute(new[c:e], slots[c:e])
+
+    def fetch(self, B):
+        """Make the rows ``B`` (sorted host ints) resident; return their slots."""
+        slots, new, order, evicted = self.plan(B)
+        if new.shape[0]:
+            m = new.shape[0]
+            sent = np.concatenate([new, order, evicted])
+            sent = self.xp.asarray(sent, device=device(self.X))
+            self.compute(sent[:m], sent[m : 2 * m], sent[2 * m :])
         return slots
 
     def _compute(self, rows, slots):
-        """Kernel rows ``rows`` into ``slots`` (host ints): one upload of both."""
+        """Kernel rows ``rows`` into ``slots`` (device ints)."""
         xp = self.xp
-        both = xp.asarray(np.stack([rows, slots]), device=device(self.X))
-        Xb = xp.take(self.X, both[0, :], axis=0)
-        budget = (
-            None if isinstance(self.kernel, str) else 3 * len(rows) * self.row_bytes
-        )
+        Xb = xp.take(self.X, rows, axis=0)
+        n_rows = int(rows.shape[0])
+        budget = None if isinstance(self.kernel, str) else 3 * n_rows * self.row_bytes
         block = kernel_matrix(
             Xb, self.X, self.kernel, self.params, xp=xp, memory_budget=budget
         )
-        self._note(3 * len(rows))
+        self._note(3 * n_rows)
         block = xp.astype(block, self.dtype, copy=False)
-        self.buf = dispatch("svm.write_rows", xp)(self.buf, both[1, :], block, xp=xp)
+        self.buf = dispatch("svm.write_rows", xp)(self.buf, slots, block, xp=xp)
 
     def block(self, Bd):
         """``K[B, B]`` (``Bd`` on the device), computed afresh by the Gram
@@ -514,30 +547,29 @@ class KernelRows:
         return out
 
     def cross(self, rows, cols, coef):
-        """``K[rows, cols] @ coef`` (host index arrays), in row chunks."""
+        """``K[rows, cols] @ coef`` (device index arrays), in row chunks."""
         xp = self.xp
-        dev = device(self.X_full)
-        Xc = xp.take(self.X_full, xp.asarray(cols, device=dev), axis=0)
-        step = max(1, self.budget // max(1, 3 * len(cols) * 8))
+        Xc = xp.take(self.X_full, cols, axis=0)
+        n_rows, n_cols = int(rows.shape[0]), int(cols.shape[0])
+        step = max(1, self.budget // max(1, 3 * n_cols * 8))
         parts = []
-        for c in range(0, len(rows), step):
-            Xr = xp.take(
-                self.X_full, xp.asarray(rows[c : c + step], device=dev), axis=0
-            )
+        for c in range(0, n_rows, step):
+            Xr = xp.take(self.X_full, rows[c : min(c + step, n_rows)], axis=0)
             Kc = kernel_matrix(Xr, Xc, self.kernel, self.params, xp=xp)
             parts.append(Kc @ coef)
         return xp.concat(parts) if parts else coef[:0]
 
-    def restrict(self, keep, active):
-        """Keep the columns ``keep`` (host positions in the current columns;
-        ``active`` their indices in the full problem); cached rows of kept
-        variables are kept as far as the budget allows the copy."""
+    def restrict(self, keep, keep_d):
+        """Keep the columns ``keep`` (host positions in the current columns,
+        ``keep_d`` the same on the device); cached rows of kept variables are
+        kept as far as the budget allows the copy (no upload: their slots come
+        from the device's copy of the slot map)."""
         xp = self.xp
         slot_of, buf = self.slot_of[keep], self.buf
+        sl = xp.take(self.slot_dev, keep_d)
         old_bytes = self.size * self.row_bytes
-        X = xp.take(self.X_full, xp.asarray(active, device=device(self.X)), axis=0)
-        self._set_columns(X)
         room = (self.budget - old_bytes) // self.row_bytes - 4 * self.chunk
+        self._set_columns(xp.take(self.X, keep_d, axis=0))
         rows = np.flatnonzero(slot_of >= 0)[: max(0, min(self.cap, room))]
         if buf is None or not len(rows):
             return
@@ -545,19 +577,23 @@ class KernelRows:
         self.peak_bytes = max(
             self.peak_bytes, old_bytes + (self.size + 2 * self.chunk) * self.row_bytes
         )
-        keep_d = xp.asarray(keep, device=device(buf))
-        src = xp.asarray(slot_of[rows], device=device(buf))
-        for c in range(0, len(rows), self.chunk):
+        n_rows = len(rows)
+        # the cached ones first, in order: the device's ``rows``
+        pos = xp.argsort(xp.astype(sl < 0, xp.int32), stable=True)[:n_rows]
+        src = xp.take(sl, pos)
+        for c in range(0, n_rows, self.chunk):
             part = xp.take(
-                xp.take(buf, src[c : min(c + self.chunk, len(rows))], axis=0),
+                xp.take(buf, src[c : min(c + self.chunk, n_rows)], axis=0),
                 keep_d,
                 axis=1,
             )
             dest = xp.arange(c, c + part.shape[0], device=device(buf))
             self.buf = dispatch("svm.write_rows", xp)(self.buf, dest, part, xp=xp)
-        self.used = len(rows)
-        self.slot_of[rows] = np.arange(len(rows))
-        self.row_of[: len(rows)] = rows
+        dest = xp.arange(n_rows, device=device(buf))
+        self.slot_dev = dispatch("svm.scatter", xp)(self.slot_dev, pos, dest, xp=xp)
+        self.used = n_rows
+        self.slot_of[rows] = np.arange(n_rows)
+        self.row_of[:n_rows] = rows
 
     def reset(self):
         """Back to every column of ``X`` (after unshrinking), cache emptied."""
@@ -581,9 +617,15 @@ class PrecomputedRows(KernelRows):
         self.size = 0
         self.peak_bytes = self.computed_rows = self.hits = 0
 
-    def fetch(self, B):
+    def plan(self, B):
         self.hits += len(B)
-        return B
+        return B, B[:0], B[:0], B[:0]
+
+    def compute(self, new, slots, evicted):
+        pass
+
+    def fetch(self, B):
+        return self.plan(B)[0]
 
     def block(self, Bd):
         xp = self.xp
@@ -591,15 +633,13 @@ class PrecomputedRows(KernelRows):
 
     def cross(self, rows, cols, coef):
         xp = self.xp
-        dev = device(self.K_full)
-        Kr = xp.take(self.K_full, xp.asarray(rows, device=dev), axis=0)
-        return xp.take(Kr, xp.asarray(cols, device=dev), axis=1) @ coef
+        Kr = xp.take(self.K_full, rows, axis=0)
+        return xp.take(Kr, cols, axis=1) @ coef
 
-    def restrict(self, keep, active):
+    def restrict(self, keep, keep_d):
         xp = self.xp
-        a = xp.asarray(active, device=device(self.K_full))
-        self.buf = xp.take(xp.take(self.K_full, a, axis=0), a, axis=1)
-        self.n = len(active)
+        self.buf = xp.take(xp.take(self.buf, keep_d, axis=0), keep_d, axis=1)
+        self.n = len(keep)
 
     def reset(self):
         self.buf = self.K_full
@@ -692,17 +732,17 @@ class _Problem:
     v: object
     ninf: object  # −inf as a 0-d array of the problem's dtype and device
     active: np.ndarray | None = None
+    active_d: object = None  # ``active`` on the device
 
 
 @dataclasses.dataclass
 class _Full:
-    """Host copies of the full problem, for shrinking and unshrinking."""
+    """The full problem on the device, for shrinking and unshrinking;
+    ``alpha`` as it was when its removed variables were removed."""
 
-    y: np.ndarray
-    C: np.ndarray
-    alpha: np.ndarray
-    y_dev: object
-    C_dev: object
+    y: object
+    C: object
+    alpha: object = None
 
 
 @dataclasses.dataclass
@@ -722,14 +762,36 @@ class _Progress:
     unshrunk: bool = False
 
 
+@dataclasses.dataclass
+class _Proposal:
+    """What :func:`_propose` read: host candidates (best first, only those
+    in their index set), which of the previous set are free, the violation
+    and the dual; ``dev`` the device arrays they came from ``(cu, cl, free)``."""
+
+    up: np.ndarray
+    low: np.ndarray
+    free_prev: np.ndarray
+    gap: float
+    dual: float
+    dev: tuple
+
+
+@dataclasses.dataclass
+class _WorkingSet:
+    """``B`` (sorted unique host ints) and how to build it on the device
+    without an upload: the first ``counts[0]`` free variables of the previous
+    set ``parts[0]`` (free mask ``parts[1]``), then ``counts[1]`` and
+    ``counts[2]`` of the device candidates ``parts[2]`` and ``parts[3]``."""
+
+    B: np.ndarray
+    counts: tuple
+    parts: tuple
+
+
 def _propose(prob, h, B_prev, *, xp):
     """Step 1 on the device: the ``h`` largest violators on each side, their
     scores, which of the previous set's variables are free, and the dual
-    objective, read by the host in one transfer.
-
-    Returns host ``(cand_up, cand_low, free_prev, gap, dual)``; a candidate
-    with score −inf is not in its index set.
-    """
+    objective, read by the host in one transfer. Returns a :class:`_Proposal`."""
     y, C, alpha, v = prob.y, prob.C, prob.alpha, prob.v
     dt, ninf = v.dtype, prob.ninf
     ypos = y > 0
@@ -743,40 +805,67 @@ def _propose(prob, h, B_prev, *, xp):
         xp.astype(cu, dt),
         xp.astype(cl, dt),
     ]
+    free = None
     if B_prev is not None:
         aB, CB = xp.take(alpha, B_prev), xp.take(C, B_prev)
-        parts.append(xp.astype((aB > 0) & (aB < CB), dt))
+        free = (aB > 0) & (aB < CB)
+        parts.append(xp.astype(free, dt))
     dual = xp.sum(alpha * (1.0 + y * v)) / 2.0  # Σα − ½αᵀQα, Qα = 1 − y∘v
     packed = to_numpy(xp.concat(parts + [xp.reshape(dual, (1,))]))
     ku, kl = int(cu.shape[0]), int(cl.shape[0])
     sc_up, sc_low = packed[:ku], packed[ku : ku + kl]
     idx = packed[ku + kl : 2 * (ku + kl)].astype(np.int64)
-    cand_up = idx[:ku][np.isfinite(sc_up)]
-    cand_low = idx[ku:][np.isfinite(sc_low)]
-    free_prev = packed[2 * (ku + kl) : -1] > 0
     top_up = sc_up[0] if ku else -math.inf
     top_low = sc_low[0] if kl else -math.inf
-    return cand_up, cand_low, free_prev, float(top_up + top_low), float(packed[-1])
+    return _Proposal(
+        up=idx[:ku][np.isfinite(sc_up)],
+        low=idx[ku:][np.isfinite(sc_low)],
+        free_prev=packed[2 * (ku + kl) : -1] > 0,
+        gap=float(top_up + top_low),
+        dual=float(packed[-1]),
+        dev=(cu, cl, free),
+    )
 
 
-def _working_set(pr, cand_up, cand_low, free_prev, *, q_max):
+def _working_set(pr, prop, *, q_max):
     """Host: the previous set's free variables (up to q/2) and the candidates;
     the working-set size doubles while the subproblems are busy."""
-    if pr.B_host is not None and free_prev.shape[0]:
-        kept = pr.B_host[free_prev]
+    if pr.B_host is not None and prop.free_prev.shape[0]:
+        kept = pr.B_host[prop.free_prev]
         if pr.busy or kept.shape[0] >= pr.q // 4:
             pr.q = min(2 * pr.q, q_max)
         pr.kept = kept[: min(pr.q // 2, pr.q - 2)]  # room for a violating pair
     h = max(1, (pr.q - pr.kept.shape[0]) // 2)  # candidates come best first
-    return np.unique(np.concatenate([pr.kept, cand_up[:h], cand_low[:h]]))
+    up, low = prop.up[:h], prop.low[:h]
+    cu, cl, free = prop.dev
+    return _WorkingSet(
+        B=np.unique(np.concatenate([pr.kept, up, low])),
+        counts=(pr.kept.shape[0], up.shape[0], low.shape[0]),
+        parts=(pr.B_dev, free, cu, cl),
+    )
 
 
-def _solve_block(prob, rows, B, limits, *, xp):
-    """Steps 2 and 3: the subproblem on ``B`` (sorted host ints) and the
+def _device_set(ws, n, *, xp):
+    """``ws.B`` built on the device from the proposal's own device arrays (no
+    upload): kept variables and candidates, sorted, repeats dropped."""
+    B_prev, free, cu, cl = ws.parts
+    n_kept, n_up, n_low = ws.counts
+    parts = [cu[:n_up], cl[:n_low]]
+    if n_kept:
+        free_first = xp.argsort(xp.astype(~free, xp.int32), stable=True)
+        parts.insert(0, xp.take(B_prev, free_first[:n_kept]))
+    s = xp.sort(xp.concat(parts))
+    repeat = s[1:] == s[:-1]
+    tail = xp.where(repeat, xp.full_like(s[1:], n), s[1:])
+    return xp.sort(xp.concat([s[:1], tail]))[: ws.B.shape[0]]
+
+
+def _solve_block(prob, rows, ws, limits, *, xp):
+    """Steps 2 and 3: the subproblem on the working set ``ws`` and the
     gradient update. ``limits`` is ``(inner tolerance, most steps)``.
     Returns ``(B on the device, steps)``."""
     solve = dispatch("svm.solve_block", xp)
-    prob.alpha, prob.v, Bd, steps = solve(prob, rows, B, limits, xp=xp)
+    prob.alpha, prob.v, Bd, steps = solve(prob, rows, ws, limits, xp=xp)
     return Bd, steps
 
 
@@ -786,38 +875,63 @@ def _example_solve_block():
     y = np.where(rng.random(40) < 0.5, 1.0, -1.0)
     rows = KernelRows(X, "rbf", {"gamma": 0.5}, xp=np, memory_budget=1 << 20, q=16)
     prob = _Problem(y, np.full(40, 0.5), np.zeros(40), y.copy(), -math.inf)
-    return (prob, rows, np.arange(3, 35, 2), (1e-3, 200)), {"xp": np}
+    B = np.arange(3, 35, 2)
+    ws = _WorkingSet(B, (0, B.shape[0], 0), (None, None, B[::-1].copy(), B[:0]))
+    return (prob, rows, ws, (1e-3, 200)), {"xp": np}
+
+
+def _host_subproblem(Kbb, z, limits, *, xp):
+    """The subproblem on the host: one download of ``K_BB`` with the four
+    vectors ``z = (y, α, C, v)`` stacked under it. Returns host
+    ``(y_B, α_B, α_B new, steps)``."""
+    q = Kbb.shape[0]
+    packed = to_numpy(xp.concat([Kbb, xp.stack(z, axis=0)], axis=0))
+    Kh, (yB, aB, CB, vB) = packed[:q], packed[q:]
+    tol_in, max_steps = limits
+    aB_new, _, steps = _subproblem_numpy(
+        Kh, yB, aB, CB, vB, tol=tol_in, max_steps=max_steps
+    )
+    return yB, aB, aB_new, steps
 
 
 @portable("svm.solve_block")
-def _solve_block_portable(prob, rows, B, limits, /, *, xp):
-    """Every row of ``B`` made resident first, so the row slots travel with
-    ``B`` in one upload. Returns ``(α, v, B on the device, steps)``."""
-    tol_in, max_steps = limits
-    slots = rows.fetch(B)
-    both = xp.asarray(np.stack([B, slots]), device=device(prob.v))  # one upload
-    Bd, sl = both[0, :], both[1, :]
-    Kbb = rows.block(Bd)
-    yB, aB, CB, vB = (xp.take(z, Bd) for z in (prob.y, prob.alpha, prob.C, prob.v))
-    aB_new, _, steps = solve_subproblem(
-        Kbb, yB, aB, CB, vB, xp=xp, tol=tol_in, max_steps=max_steps
+def _solve_block_portable(prob, rows, ws, limits, /, *, xp):
+    """``B`` built on the device, the subproblem on the host (thousands of
+    tiny sequential steps cost less there than as device launches), then one
+    upload carries ``α_B``, the steps ``y∘Δα`` of the variables that moved,
+    their cache slots and the kernel rows to compute. Returns
+    ``(α, v, B on the device, steps)``."""
+    Bd = _device_set(ws, int(prob.v.shape[0]), xp=xp)
+    z = [xp.take(z, Bd) for z in (prob.y, prob.alpha, prob.C, prob.v)]
+    yB, aB, aB_new, steps = _host_subproblem(rows.block(Bd), z, limits, xp=xp)
+    if not steps:
+        return prob.alpha, prob.v, Bd, steps
+    d = yB * (aB_new - aB)
+    moved = np.flatnonzero(d)
+    slots, new, order, evicted = rows.plan(ws.B[moved])
+    q, m, r = aB_new.shape[0], moved.shape[0], new.shape[0]
+    dev, dt = device(prob.v), prob.v.dtype
+    sent = [aB_new, d[moved], slots, new, order, evicted]
+    sent = xp.asarray(  # the one upload (indices are exact in float64)
+        np.concatenate(sent).astype(np.float64), device=dev
     )
-    alpha, v = prob.alpha, prob.v
-    if steps:
-        v = v - rows.product(sl, yB * (aB_new - aB))
-        alpha = dispatch("svm.scatter", xp)(
-            xp.asarray(alpha, copy=True), Bd, aB_new, xp=xp
-        )
+    ints = xp.astype(sent[q + m :], xp.int64)
+    rows.compute(ints[m : m + r], ints[m + r : m + 2 * r], ints[m + 2 * r :])
+    v = prob.v - rows.product(ints[:m], xp.astype(sent[q : q + m], dt))
+    alpha = dispatch("svm.scatter", xp)(
+        xp.asarray(prob.alpha, copy=True), Bd, xp.astype(sent[:q], dt), xp=xp
+    )
     return alpha, v, Bd, steps
 
 
 @fast_path("svm.solve_block", "numpy", example=_example_solve_block)
-def _solve_block_numpy(prob, rows, B, limits, /, *, xp):
+def _solve_block_numpy(prob, rows, ws, limits, /, *, xp):
     """NumPy: the subproblem first (it needs ``K_BB`` only), then the rows of
     the variables that moved, the only ones the gradient update reads: a set
     whose bounded variables stay at their bounds computes no rows for them
     (LIBSVM likewise computes the columns of the pairs it steps on)."""
     tol_in, max_steps = limits
+    B = ws.B
     Kbb = rows.block(B)
     yB, aB, CB, vB = (z[B] for z in (prob.y, prob.alpha, prob.C, prob.v))
     aB_new, _, steps = solve_subproblem(
@@ -833,10 +947,17 @@ def _solve_block_numpy(prob, rows, B, limits, /, *, xp):
     return alpha, v, B, steps
 
 
+def _first(mask, count, *, xp):
+    """Positions of the first ``count`` true entries of a device mask, in
+    order (``count`` known on the host: no upload, no data-sized output)."""
+    return xp.argsort(xp.astype(~mask, xp.int32), stable=True)[:count]
+
+
 def _shrink(prob, full, rows, *, xp):
     """Remove bounded variables that cannot join a violating pair (LIBSVM's
     ``be_shrunk``): only in ``I_up`` with ``v < M``, or only in ``I_low`` with
-    ``v > m``. Returns whether the active set was compacted."""
+    ``v > m``. Returns whether the active set was compacted. One download
+    (the mask), no upload."""
     y, C, alpha, v = prob.y, prob.C, prob.alpha, prob.v
     ypos = y > 0
     up = xp.where(ypos, alpha < C, alpha > 0)
@@ -848,34 +969,44 @@ def _shrink(prob, full, rows, *, xp):
     n_act = gone_h.shape[0]
     if gone_h.sum() < max(_SHRINK_MIN * n_act, 1):
         return False
-    active = np.arange(n_act) if prob.active is None else prob.active
-    full.alpha[active] = to_numpy(alpha)
     keep = np.flatnonzero(~gone_h)
-    keep_d = xp.asarray(keep, device=device(v))
+    keep_d = _first(~gone, keep.shape[0], xp=xp)
+    if prob.active is None:  # the removed variables' α stay fixed until unshrunk
+        full.alpha, prob.active, prob.active_d = alpha, np.arange(n_act), None
+    else:
+        scatter = dispatch("svm.scatter", xp)
+        full.alpha = scatter(
+            xp.asarray(full.alpha, copy=True), prob.active_d, alpha, xp=xp
+        )
+    prob.active = prob.active[keep]
+    prob.active_d = keep_d if prob.active_d is None else xp.take(prob.active_d, keep_d)
+    rows.restrict(keep, keep_d)
     prob.y, prob.C, prob.alpha, prob.v = (xp.take(z, keep_d) for z in (y, C, alpha, v))
-    prob.active = active[keep]
-    rows.restrict(keep, prob.active)
     return True
 
 
 def _unshrink(prob, full, rows, *, xp):
     """Reconstruct ``v`` of the removed variables, ``v_i = y_i − Σ_j K_ij y_j α_j``
-    (LIBSVM's reconstruct_gradient), and make every variable active again."""
-    act = prob.active
-    full.alpha[act] = to_numpy(prob.alpha)
-    v = np.empty_like(full.alpha)
-    v[act] = to_numpy(prob.v)
-    gone = np.setdiff1d(np.arange(v.shape[0]), act)
-    sv = np.flatnonzero(full.alpha > 0)
-    coef = xp.asarray(
-        full.alpha[sv] * full.y[sv], dtype=prob.v.dtype, device=device(prob.v)
-    )
+    (LIBSVM's reconstruct_gradient), and make every variable active again.
+    One download (the number of support vectors), no upload."""
+    n, na = int(full.y.shape[0]), int(prob.active.shape[0])
+    act, dev = prob.active_d, device(prob.v)
+    scatter = dispatch("svm.scatter", xp)
+    alpha = scatter(xp.asarray(full.alpha, copy=True), act, prob.alpha, xp=xp)
+    ones = xp.ones((na,), dtype=xp.int32, device=dev)
+    in_act = scatter(xp.zeros((n,), dtype=xp.int32, device=dev), act, ones, xp=xp)
+    order = xp.argsort(in_act, stable=True)  # the removed ones, then the active
+    gone = order[: n - na]
+    is_sv = alpha > 0
+    n_sv = int(xp.sum(xp.astype(is_sv, xp.int64)))
+    sv = _first(is_sv, n_sv, xp=xp)
+    coef = xp.take(alpha * full.y, sv)
     rows.reset()
-    v[gone] = full.y[gone] - to_numpy(rows.cross(gone, sv, coef))
-    dev = device(prob.v)
-    prob.alpha = xp.asarray(full.alpha, dtype=prob.v.dtype, device=dev)
-    prob.v = xp.asarray(v, dtype=prob.v.dtype, device=dev)
-    prob.y, prob.C, prob.active = full.y_dev, full.C_dev, None
+    v_gone = xp.take(full.y, gone) - rows.cross(gone, sv, coef)
+    v_sorted = xp.concat([v_gone, prob.v])  # in ``order``
+    prob.v = xp.take(v_sorted, xp.argsort(order))
+    prob.alpha, prob.y, prob.C = alpha, full.y, full.C
+    prob.active = prob.active_d = None
 
 
 def _stalled(pr, value):
@@ -912,14 +1043,15 @@ def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
     # ∇f = Qα − 1 = −1 at α = 0, so v = −y∘∇f = y
     ninf = xp.full((), -math.inf, dtype=y.dtype, device=dev)
     prob = _Problem(y, C, zeros, xp.asarray(y, copy=True), ninf)
-    full = _Full(to_numpy(y), to_numpy(C), np.zeros(n), y, C)
+    full = _Full(y, C)
     q0 = min(rows.q, _Q_START) if opt.adaptive_q else rows.q
     pr = _Progress(q=q0, kept=np.zeros(0, dtype=np.int64))
     limit = math.inf if opt.max_iter is None or opt.max_iter < 0 else int(opt.max_iter)
     t0 = time.perf_counter()
     while True:
         h = max(1, (pr.q - pr.kept.shape[0]) // 2)
-        cu, cl, free_prev, pr.gap, dual = _propose(prob, h, pr.B_dev, xp=xp)
+        prop = _propose(prob, h, pr.B_dev, xp=xp)
+        pr.gap, dual = prop.gap, prop.dual
         _report(opt, pr, rows, t0)
         done = pr.gap < opt.tol or not math.isfinite(pr.gap)
         if prob.active is not None and (done or pr.gap < 10 * opt.tol):
@@ -935,14 +1067,14 @@ def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
         progress = dual if prob.active is None else -pr.gap
         if pr.n_iter >= limit or _stalled(pr, progress):
             break
-        B = _working_set(pr, cu, cl, free_prev, q_max=rows.q)
+        ws = _working_set(pr, prop, q_max=rows.q)
         inner = opt.inner_steps or max(10 * pr.q, 100)
         limits = (
             max(opt.tol, opt.inner_ratio * pr.gap),
             max(1, int(min(inner, limit - pr.n_iter))),
         )
-        pr.B_dev, steps = _solve_block(prob, rows, B, limits, xp=xp)
-        pr.B_host, pr.busy = B, steps >= pr.q // 2
+        pr.B_dev, steps = _solve_block(prob, rows, ws, limits, xp=xp)
+        pr.B_host, pr.busy = ws.B, steps >= pr.q // 2
         pr.n_iter += steps
         pr.n_outer += 1
         if steps == 0:
