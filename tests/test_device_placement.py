@@ -37,12 +37,7 @@ EXTRA = [
 ]
 
 # estimator id -> why it cannot keep all of its state in the inputs' library
-HOST_STATE = {
-    "SVC": "svm/_svc.py:421-482 keeps class_weight_, n_support_, n_iter_, "
-    "dual_objective_, primal_objective_, duality_gap_, violation_ as NumPy",
-    "SVC(probability=True,random_state=0)": "as SVC",
-    "SVC(kernel='linear')": "as SVC",
-}
+HOST_STATE: dict[str, str] = {}
 
 
 def _cases():

@@ -422,8 +422,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
             results.append(res)
             subsets.append((idx, ypm))
-        self._assemble(results, subsets, codes, X, pairs=pairs, xp=xp)
-        self.class_weight_ = cw
+        self._assemble(results, subsets, codes, X, pairs=pairs, cw=cw, xp=xp)
         self.shape_fit_ = tuple(int(s) for s in X.shape)
         if self.probability:
             self._fit_platt(data, codes, Cs, pairs=pairs, xp=xp)
@@ -437,7 +436,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         return self._fitted(ctx)
 
-    def _assemble(self, results, subsets, codes, X, *, pairs, xp):
+    def _assemble(self, results, subsets, codes, X, *, pairs, cw, xp):
         """LIBSVM's layout: support vectors grouped by class; ``dual_coef_[j−1]``
         holds class-i vectors' coefficients in problem (i, j), ``dual_coef_[i]``
         class-j vectors'."""
@@ -474,19 +473,44 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         else:
             self.support_vectors_ = xp.take(X, self.support_, axis=0)
-        self.n_support_ = n_support
+        self._cache_sv_start = np.concatenate([[0], np.cumsum(n_support)]).astype(int)
         self.dual_coef_ = xp.asarray(dual, dtype=X.dtype, device=dev)
         self.intercept_ = xp.asarray(intercept, dtype=X.dtype, device=dev)
         if self.kernel == "linear":
             self.coef_ = self._linear_coef(xp)
-        self.n_iter_ = np.array([r.n_iter for r in results], dtype=np.int32)
-        self.n_working_sets_ = np.array([r.n_outer for r in results], dtype=np.int32)
-        self.dual_objective_ = np.array([r.dual for r in results])
-        self.primal_objective_ = np.array([r.primal for r in results])
-        self.duality_gap_ = self.primal_objective_ - self.dual_objective_
-        self.violation_ = np.array([r.gap for r in results])
+        self._set_counts(results, n_support, cw, xp=xp, dev=dev, dtype=X.dtype)
         self.fit_status_ = int(not all(r.converged for r in results))
         self.cache_peak_bytes_ = int(max(r.peak_bytes for r in results))
+
+    def _set_counts(self, results, n_support, cw, *, xp, dev, dtype):
+        """The per-problem counts and objectives in the inputs' library and
+        device: one upload of the integers, one of the floats."""
+        P = len(results)
+        counts = [n_support, [r.n_iter for r in results], [r.n_outer for r in results]]
+        ints = xp.asarray(np.concatenate(counts).astype(np.int32), device=dev)
+        k = n_support.shape[0]
+        self.n_support_ = ints[:k]
+        self.n_iter_ = ints[k : k + P]
+        self.n_working_sets_ = ints[k + P :]
+        dual = np.array([r.dual for r in results])
+        primal = np.array([r.primal for r in results])
+        gap = np.array([r.gap for r in results])
+        floats = np.concatenate([dual, primal, primal - dual, gap, cw])
+        floats = xp.asarray(floats, dtype=dtype, device=dev)
+        self.dual_objective_ = floats[:P]
+        self.primal_objective_ = floats[P : 2 * P]
+        self.duality_gap_ = floats[2 * P : 3 * P]
+        self.violation_ = floats[3 * P : 4 * P]
+        self.class_weight_ = floats[4 * P :]
+
+    def _sv_start(self):
+        """Host offsets of each class's support vectors (kept from fit; read
+        from ``n_support_`` once after a load)."""
+        start = getattr(self, "_cache_sv_start", None)
+        if start is None:
+            start = np.concatenate([[0], np.cumsum(to_numpy(self.n_support_))])
+            self._cache_sv_start = start = start.astype(int)
+        return start
 
     def _linear_coef(self, xp):
         """``w`` of each one-vs-one problem (linear kernel), scikit-learn's
@@ -496,7 +520,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         k = int(self.classes_.shape[0])
         if k == 2:
             return dual @ SV
-        start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
+        start = self._sv_start()
         rows = []
         for i, j in _pairs(k):
             si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
@@ -548,7 +572,7 @@ class SVC(ClassifierMixin, BaseEstimator):
             b = -b
         else:
             # W[s, p]: coefficient of vector s in problem p (0 when in neither class)
-            start = np.concatenate([[0], np.cumsum(self.n_support_)]).astype(int)
+            start = self._sv_start()
             nsv = int(start[-1])
             dev = device(dual)
 
@@ -672,8 +696,18 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
             probA.append(A)
             probB.append(B)
-        self.probA_ = np.array(probA)
-        self.probB_ = np.array(probB)
+        self._cache_platt = np.array([probA, probB])
+        AB = xp.asarray(self._cache_platt, dtype=X.dtype, device=dev)
+        self.probA_, self.probB_ = AB[0, :], AB[1, :]
+
+    def _platt_host(self):
+        """``(probA_, probB_)`` on the host (kept from fit; read once after a
+        load), so that prediction uploads them as one small array."""
+        AB = getattr(self, "_cache_platt", None)
+        if AB is None:
+            AB = np.array([to_numpy(self.probA_), to_numpy(self.probB_)])
+            self._cache_platt = AB
+        return AB
 
     @_available_if(lambda self: self.probability)
     def predict_proba(self, X: ArrayLike) -> Array:
@@ -687,8 +721,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         xp = ctx.xp
         raw = self._raw_decision(X, ctx)
         dev = device(raw)
-        A = xp.asarray(self.probA_, dtype=raw.dtype, device=dev)
-        B = xp.asarray(self.probB_, dtype=raw.dtype, device=dev)
+        AB = xp.asarray(self._platt_host(), dtype=raw.dtype, device=dev)
+        A, B = AB[0, :], AB[1, :]
         R = sigmoid_predict(raw, A[None, :], B[None, :], xp=xp)
         R = xp.clip(R, 1e-7, 1.0 - 1e-7)
         k = int(self.classes_.shape[0])
