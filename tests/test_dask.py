@@ -21,6 +21,7 @@ from xpml.cluster import KMeans  # noqa: E402
 from xpml.decomposition import PCA  # noqa: E402
 from xpml.discriminant_analysis import LinearDiscriminantAnalysis as LDA  # noqa: E402
 from xpml.discriminant_analysis import QuadraticDiscriminantAnalysis as QDA  # noqa: E402
+from xpml.ensemble import BaggingRegressor, RandomForestClassifier  # noqa: E402
 from xpml.kernel_approximation import Nystroem, RandomFourierFeatures  # noqa: E402
 from xpml.kernel_ridge import KernelRidge  # noqa: E402
 from xpml.linear_model import (  # noqa: E402
@@ -344,6 +345,36 @@ def test_neighbors_on_dask_keep_x_on_the_cluster(client):
     assert knn.kneighbors(
         X[:2], n_neighbors=1, return_distance=False
     ).ravel().tolist() == [0, 1]
+
+
+def test_forest_members_fitted_on_the_workers(client):
+    """Under joblib's dask backend the trees are fitted on the cluster's
+    workers (the scheduler's task stream) and equal the threaded fit with the
+    same random_state; n_jobs=None follows the active backend too."""
+    import joblib
+
+    ref = RandomForestClassifier(n_estimators=40, random_state=0, n_jobs=2).fit(X, C3)
+    for n_jobs in (2, None):
+        est = RandomForestClassifier(n_estimators=40, random_state=0, n_jobs=n_jobs)
+        with distributed.get_task_stream(client) as stream:
+            with joblib.parallel_backend("dask"):
+                est.fit(X, C3)
+        workers = {t["worker"] for t in stream.data}
+        assert workers and workers <= set(client.scheduler_info()["workers"]), workers
+        np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
+    bag = BaggingRegressor(n_estimators=6, random_state=0)
+    with joblib.parallel_backend("dask"):
+        got = clone(bag).fit(X, Y)
+    np.testing.assert_array_equal(got.predict(X), bag.fit(X, Y).predict(X))
+
+
+def test_forest_on_dask_arrays_within_the_memory_budget(client, monkeypatch):
+    est = RandomForestClassifier(n_estimators=5, random_state=0)
+    got = clone(est).fit(_dask(X, 100), _dask(C2, 100))
+    np.testing.assert_array_equal(got.predict(X), clone(est).fit(X, C2).predict(X))
+    monkeypatch.setenv("XPML_MEMORY_BUDGET", "1000")
+    with pytest.raises(TypeError, match="memory budget of 1000 bytes"):
+        clone(est).fit(_dask(X, 100), _dask(C2, 100))
 
 
 ROW_METHODS = [

@@ -24,14 +24,17 @@ __all__ = [
 
 
 def parallel_map(fn, tasks, *, n_jobs=None, progress=None, weights=None):
-    """``[fn(t) for t in tasks]``, through joblib threads when ``n_jobs`` asks
-    for more than one worker and joblib is installed (sequential otherwise).
+    """``[fn(t) for t in tasks]``, through joblib (threads, or the active
+    joblib backend) unless ``n_jobs=1`` or joblib is not installed.
 
     ``progress`` (from :func:`progress_bar`) advances by ``weights[i]`` as task
     ``i`` finishes.
     """
     weights = weights if weights is not None else [1] * len(tasks)
-    workers = 1 if n_jobs in (None, 1) else n_jobs
+    # n_jobs=None defers to joblib: one job, or the active backend's (e.g. the
+    # dask backend of ``joblib.parallel_backend("dask")``, whose workers then
+    # fit the members); ``prefer`` is only a hint where no backend is active
+    workers = 1 if n_jobs == 1 else n_jobs
     if workers != 1 and len(tasks) > 1:
         try:
             from joblib import Parallel, delayed

@@ -15,6 +15,8 @@ single-machine code:
 * NearestNeighbors, KNeighborsClassifier/Regressor
   (:mod:`xpml.utils._dask_neighbors`): the data stays on the cluster; each
   query block is answered from per-chunk top-k lists merged up a tree.
+* forests and bagging (:mod:`xpml.utils._dask_ensemble`): X computed to
+  NumPy within the memory budget; members fitted through joblib's backend.
 * Lasso (:mod:`xpml.utils._dask_lasso`): the centred Gram, then coordinate
   descent on it.
 * KMeans (:mod:`xpml.utils._dask_kmeans`), LogisticRegression
@@ -474,6 +476,7 @@ def fit_rbf_sampler(est, X, y, sample_weight):
 
 
 import xpml.utils._dask_discriminant  # noqa: E402,F401  (LDA, QDA)
+import xpml.utils._dask_ensemble  # noqa: E402,F401  (forests, bagging)
 import xpml.utils._dask_kmeans  # noqa: E402,F401  (registers KMeans)
 import xpml.utils._dask_lasso  # noqa: E402,F401  (Lasso)
 import xpml.utils._dask_logistic  # noqa: E402,F401  (registers LogisticRegression)
