@@ -126,7 +126,7 @@ def test_gram_bad_inputs():
     Xn[1, 1] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
         gram(Xn)
-    with pytest.raises(ValueError, match="Expected 2D array for X, got 1D"):
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array instead: X"):
         gram(X[:, 0])
     with pytest.raises(ValueError, match="memory_budget must be a positive"):
         gram(X, memory_budget=0)

@@ -14,7 +14,7 @@ from xpml.utils.validation import (
 def test_check_array_messages(xp):
     X = np.ones((3, 2))
     ns = xp.xp
-    with pytest.raises(ValueError, match="Expected 2D array for X, got 1D"):
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array instead: X"):
         check_array(xp.asarray(np.ones(3)), xp=ns)
     Xn = X.copy()
     Xn[0, 0] = np.nan

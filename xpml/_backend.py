@@ -429,10 +429,10 @@ def enter(*arrays, names=None):
             converted.append(None)
             continue
         if type(a).__module__.startswith("scipy.sparse"):
-            raise TypeError(
-                f"{nm} is a sparse matrix; xpml accepts dense arrays only (sparse input is "
-                f"not supported). Convert with .toarray() if it fits in memory."
-            )
+            # one policy (xpml.utils.validation): densified within the memory budget
+            from xpml.utils.validation import dense_from_sparse
+
+            a = dense_from_sparse(a, nm)
         if not _is_array(a):
             a = np.asarray(a)
         libs.setdefault(library_name(a), nm)

@@ -16,7 +16,14 @@ self-contradictory; such rows fall back to the class prior: their posterior is
 ``partial_fit`` learns from batches: the discrete models add counts; Gaussian NB
 pools each class's weighted mean and variance with the batch's (Chan, Golub &
 LeVeque's update), so batches give ``fit`` on their union (``ε`` is taken from
-the latest batch, as scikit-learn). SciPy sparse input is not accepted yet.
+the latest batch, as scikit-learn).
+
+SciPy sparse ``X`` stays sparse in :class:`MultinomialNB` and
+:class:`BernoulliNB` on the NumPy backend (no backend set, or ``"numpy"``): the
+counts are ``Yᵀ X`` and the log-likelihoods ``X Lᵀ`` (Bernoulli's absent term as
+``Σ_j L_kj − X Lᵀ``), products SciPy computes without densifying. Elsewhere
+(GaussianNB, other backends) sparse ``X`` follows xpml's one policy: converted
+to a dense array within the memory budget (:mod:`xpml.utils.validation`).
 """
 
 from __future__ import annotations
@@ -27,14 +34,25 @@ from numbers import Real
 
 import numpy as np
 
-from xpml._backend import to_numpy
+from xpml._backend import enter, get_backend, to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.linear_model._base import logsumexp
 from xpml.utils._array_api import device as _device
 from xpml.utils._math import encode_labels_against
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import decode_labels, encode_labels
+from xpml.utils.validation import (
+    check_consistent_length,
+    check_feature_names,
+    check_is_fitted,
+    check_n_features,
+    check_sample_weight,
+    decode_labels,
+    dense_from_sparse,
+    encode_labels,
+    is_sparse,
+    set_feature_names,
+)
 
 __all__ = ["BernoulliNB", "MultinomialNB", "GaussianNB"]
 
@@ -88,10 +106,75 @@ def _log_ratio(num, den, /, *, xp):
 def _masked_log_matmul(A, L, /, *, xp):
     """``A @ Lᵀ`` with the convention ``0 · (−∞) = 0``: entries of ``L`` that are
     ``−∞`` contribute ``−∞`` only where ``A > 0``. ``A`` (n, d) ≥ 0, ``L`` (K, d)."""
+    if is_sparse(A):  # SciPy's sparse-dense products give dense NumPy arrays
+        finite = np.isfinite(L)
+        out = np.asarray(A @ np.where(finite, L, 0.0).T)
+        hits = np.asarray((A > 0).astype(A.dtype) @ (~finite).astype(A.dtype).T)
+        return np.where(hits > 0, -np.inf, out)
     finite = xp.isfinite(L)
     out = A @ xp.where(finite, L, xp.zeros_like(L)).T
     hits = xp.astype(A > 0, A.dtype) @ xp.astype(~finite, A.dtype).T
     return xp.where(hits > 0, xp.full_like(out, -float("inf")), out)
+
+
+def _complement_log_matmul(X, L, /, *, xp):
+    """``(1 − X) @ Lᵀ`` with the convention of :func:`_masked_log_matmul`; for a
+    sparse ``X`` as ``Σ_j L_kj − X Lᵀ`` (``−∞`` where some ``x_j < 1`` meets a
+    ``−∞`` of ``L``), so ``1 − X`` is never formed densely."""
+    if not is_sparse(X):
+        return _masked_log_matmul(1.0 - X, L, xp=xp)
+    finite = np.isfinite(L)
+    Lf, inf = np.where(finite, L, 0.0), (~finite).astype(X.dtype)
+    out = np.sum(Lf, axis=1)[None, :] - np.asarray(X @ Lf.T)
+    at_least_one = (X >= 1).astype(X.dtype)  # sparse: 0 >= 1 is False
+    hits = np.sum(inf, axis=1)[None, :] - np.asarray(at_least_one @ inf.T)
+    return np.where(hits > 0, -np.inf, out)
+
+
+def _class_sums(Y, X, /):
+    """``Yᵀ X`` (K, d): per-class feature sums, ``X`` dense or SciPy sparse."""
+    if is_sparse(X):
+        return np.asarray((X.T @ Y).T)
+    return Y.T @ X
+
+
+def _keeps_sparse(X):
+    """Sparse ``X`` stays sparse on the NumPy backend (SciPy's matrices live on
+    the host); any other backend takes the dense policy."""
+    return is_sparse(X) and get_backend().name in (None, "numpy")
+
+
+def _sparse_X(X, name="X"):
+    """A float CSR copy of a sparse ``X`` (never the caller's), checked finite."""
+    X = X.tocsr()
+    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    if X.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported; {name} has dtype {X.dtype}")
+    X = X.astype(dtype, copy=True)
+    X.sum_duplicates()
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(
+            f"Found array with shape={X.shape} while a minimum of 1 sample and 1 "
+            f"feature is required: {name} is empty"
+        )
+    if not np.all(np.isfinite(X.data)):
+        what = "NaN" if np.any(np.isnan(X.data)) else "infinity"
+        raise ValueError(
+            f"Input {name} contains {what}; xpml estimators need finite values in {name}"
+        )
+    return X
+
+
+def _validate_sparse_fit(est, X, y, sample_weight):
+    """``_validate_fit_data(target="none")`` for a sparse ``X`` kept sparse."""
+    est._validate_params()
+    check_consistent_length(X, y, sample_weight, names=("X", "y", "sample_weight"))
+    set_feature_names(est, X)
+    X = _sparse_X(X)
+    ctx, (y, sw) = enter(y, sample_weight, names=("y", "sample_weight"))
+    est.n_features_in_ = int(X.shape[1])
+    sw = check_sample_weight(sw, int(X.shape[0]), xp=ctx.xp, dtype=X.dtype)
+    return ctx, X, y, sw
 
 
 def _posterior_log(jll, log_prior, /, *, xp):
@@ -128,7 +211,10 @@ def _validate_partial(est, X, y, classes, sample_weight, *, name="classes"):
     coded = name == "codes"
     first = True if coded else _first_call(est, classes, name)
     n_prev = None if first else est.n_features_in_
-    ctx, X, y, sw = est._validate_fit_data(X, y, sample_weight, target="none")
+    if _keeps_sparse(X) and hasattr(est, "_smooth"):  # the discrete models
+        ctx, X, y, sw = _validate_sparse_fit(est, X, y, sample_weight)
+    else:
+        ctx, X, y, sw = est._validate_fit_data(X, y, sample_weight, target="none")
     xp = ctx.xp
     if n_prev is not None and X.shape[1] != n_prev:
         raise ValueError(
@@ -219,6 +305,17 @@ class _DiscreteNB(_BaseNB):
         "fit_prior": ["boolean"],
     }
 
+    def _validate_predict_data(self, X, **kwargs):
+        """Sparse ``X`` stays sparse on the NumPy backend (see the module notes)."""
+        if not _keeps_sparse(X):
+            return super()._validate_predict_data(X, **kwargs)
+        check_is_fitted(self)
+        check_feature_names(self, X)
+        X = _sparse_X(X)
+        check_n_features(self, X)
+        ctx, _ = enter()
+        return ctx, X
+
     def _alpha(self, like, /, *, xp):
         """The smoothing ``α`` (scalar or (d,)) as an array like ``like``."""
         a = _check_alpha(self.alpha, self.force_alpha, like.shape[1])
@@ -232,7 +329,7 @@ class _DiscreteNB(_BaseNB):
         K = int(self.classes_.shape[0])
         X = self._prepare(X, xp=xp)
         Y = _onehot(codes, K, X.dtype, xp=xp) * sw[:, None]
-        class_count, feature_count = xp.sum(Y, axis=0), Y.T @ X
+        class_count, feature_count = xp.sum(Y, axis=0), _class_sums(Y, X)
         if not first:
             class_count = class_count + ctx.take(self.class_count_)
             feature_count = feature_count + ctx.take(self.feature_count_)
@@ -323,7 +420,8 @@ class MultinomialNB(_DiscreteNB):
 
     @staticmethod
     def _prepare(X, /, *, xp):
-        if bool(xp.any(X < 0)):
+        negative = np.any(X.data < 0) if is_sparse(X) else xp.any(X < 0)
+        if bool(negative):
             raise ValueError(
                 "Negative values in data passed to MultinomialNB (input X); "
                 "counts must be >= 0"
@@ -402,6 +500,10 @@ class BernoulliNB(_DiscreteNB):
     def _prepare(self, X, /, *, xp):
         if self.binarize is None:
             return X
+        if is_sparse(X):
+            if self.binarize < 0:  # zeros become ones: the dense policy
+                return self._prepare(dense_from_sparse(X), xp=xp)
+            return (X > float(self.binarize)).astype(X.dtype)
         return xp.astype(X > float(self.binarize), X.dtype)
 
     def _smooth(self, *, xp):
@@ -420,7 +522,7 @@ class BernoulliNB(_DiscreteNB):
         log_p = ctx.take(self.feature_log_prob_)
         log_q = ctx.take(self._state_log_neg)
         present = _masked_log_matmul(X, log_p, xp=xp)
-        absent = _masked_log_matmul(1.0 - X, log_q, xp=xp)
+        absent = _complement_log_matmul(X, log_q, xp=xp)
         return present + absent + ctx.take(self.class_log_prior_)
 
 

@@ -6,6 +6,23 @@ allowed. None of them writes into the caller's array.
 Labels are encoded *before* data moves to a backend (string labels cannot live on
 a GPU): :func:`encode_labels` returns the classes in the caller's library and the
 integer codes, which then travel with ``X``.
+
+SciPy sparse input (one policy, :func:`dense_from_sparse`)
+----------------------------------------------------------
+A SciPy sparse ``X`` (csr, csc, coo, lil, dok, bsr, dia; ``*_matrix`` and
+``*_array``) is accepted by every estimator: it is converted once, on the host,
+to a dense NumPy array of its floating dtype (float32 stays float32, everything
+else becomes float64), and then follows the dense path, moving to the active
+backend (torch, CuPy, array-api-strict) like any NumPy input. The conversion
+must fit the memory budget (:func:`xpml.utils._array_api.memory_budget`, 512 MiB
+unless ``XPML_MEMORY_BUDGET`` says otherwise): above it, a ``ValueError`` names
+the argument, its shape, the dense size and the budget. The caller's matrix is
+never modified. Estimators whose algorithm needs only products keep their own
+sparse path before this one: :class:`~xpml.naive_bayes.MultinomialNB` and
+:class:`~xpml.naive_bayes.BernoulliNB` count ``Yᵀ X`` on the sparse matrix
+(NumPy backend), the linear models densify ``X`` themselves. Sparse targets
+(``y``) and sparse ``sample_weight`` are refused (``TypeError``), as
+scikit-learn refuses sparse class labels.
 """
 
 from __future__ import annotations
@@ -19,6 +36,7 @@ import numpy as np
 from xpml._backend import float_dtype, library_name, to_numpy
 from xpml.exceptions import data_conversion_warning, not_fitted_error
 from xpml.utils._array_api import device as array_device
+from xpml.utils._array_api import memory_budget
 
 __all__ = [
     "check_array",
@@ -28,14 +46,71 @@ __all__ = [
     "check_is_fitted",
     "check_n_features",
     "check_targets",
+    "dense_from_sparse",
+    "is_sparse",
     "encode_labels",
     "decode_labels",
     "num_samples",
 ]
 
 
-def _is_sparse(x):
-    return hasattr(x, "tocsr") or type(x).__module__.startswith("scipy.sparse")
+def is_sparse(x):
+    """True for a SciPy sparse matrix or array (any format)."""
+    return type(x).__module__.startswith("scipy.sparse") or (
+        hasattr(x, "tocsr") and hasattr(x, "nnz")
+    )
+
+
+_is_sparse = is_sparse
+
+# arguments that stay dense-only: sparse labels and weights are refused
+_DENSE_ONLY = ("y", "Y", "sample_weight", "classes")
+
+
+def _size_text(nbytes):
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def dense_from_sparse(x, name="X"):
+    """The dense NumPy form of a SciPy sparse ``x``, within the memory budget.
+
+    Converted once, on the host, to ``x``'s floating dtype (float32 stays
+    float32, any other dtype becomes float64); ``x`` itself is not modified.
+    ``y``, ``sample_weight`` and ``classes`` are refused (``TypeError``).
+
+    Raises
+    ------
+    ValueError
+        When the dense form would exceed :func:`memory_budget` (the message
+        names the argument, its shape, the dense size and the budget).
+    """
+    fmt = type(x).__name__
+    if name in _DENSE_ONLY:
+        raise TypeError(
+            f"{name} is a SciPy sparse {fmt}; {name} must be a dense array "
+            f"(sparse {name} is not supported, as in scikit-learn). Pass "
+            f"{name}.toarray()."
+        )
+    if x.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported; {name} has dtype {x.dtype}")
+    dtype = np.float32 if x.dtype == np.float32 else np.float64
+    shape = tuple(int(s) for s in x.shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    budget = memory_budget()
+    if nbytes > budget:
+        raise ValueError(
+            f"{name} is a SciPy sparse {fmt} of shape {shape}; xpml computes on "
+            f"its dense form here, which needs {_size_text(nbytes)} "
+            f"({np.dtype(dtype).name}), over the memory budget of "
+            f"{_size_text(budget)}. Raise the budget (XPML_MEMORY_BUDGET, e.g. "
+            f"'8G') if the dense array fits in memory, reduce the features first, "
+            f"or use an estimator that keeps sparse input sparse (MultinomialNB, "
+            f"BernoulliNB on the NumPy backend)."
+        )
+    return np.asarray(x.astype(dtype, copy=False).toarray(), dtype=dtype)
 
 
 def _shape(x):
@@ -46,21 +121,32 @@ def num_samples(x, name="X"):
     """Number of rows of an array or array-like."""
     if x is None:
         raise ValueError(f"{name} is None; expected an array")
-    if hasattr(x, "shape"):
-        if len(x.shape) == 0:
-            raise ValueError(
-                f"{name} is a 0-d array (a scalar); expected an array of samples"
-            )
-        return int(x.shape[0])
-    a = np.asarray(x)
-    if a.ndim == 0:
-        raise ValueError(f"{name} is a scalar; expected an array of samples")
+    a = x if hasattr(x, "shape") else np.asarray(x)
+    if len(a.shape) == 0:  # scikit-learn's TypeError and words
+        shown = (
+            a.astype(float)
+            if isinstance(a, np.ndarray) and a.dtype.kind in "biu"
+            else a
+        )
+        raise TypeError(
+            "Input should have at least 1 dimension i.e. satisfy `len(x.shape) > 0`, "
+            f"got scalar `{shown!r}` instead: {name} is a 0-d array; expected an "
+            f"array of samples"
+        )
     return int(a.shape[0])
 
 
 def check_consistent_length(*arrays, names=None):
     """Raise ValueError naming the arrays when their first dimensions differ."""
     names = names or [f"argument {i}" for i in range(len(arrays))]
+    for nm, a in zip(names, arrays):
+        if nm in _DENSE_ONLY and is_sparse(a):
+            dense_from_sparse(a, nm)  # raises: sparse labels and weights are refused
+        if nm == "sample_weight" and len(getattr(a, "shape", ())) > 1:
+            raise ValueError(
+                f"Sample weights must be 1D array or scalar: sample_weight has shape "
+                f"{tuple(a.shape)}; pass one weight per sample"
+            )
     pairs = [(nm, num_samples(a, nm)) for nm, a in zip(names, arrays) if a is not None]
     lengths = {n for _, n in pairs}
     if len(lengths) > 1:
@@ -73,11 +159,8 @@ def check_consistent_length(*arrays, names=None):
 
 def _host_prepare(x, name):
     """Reject what no backend accepts, and make array-likes into NumPy arrays."""
-    if _is_sparse(x):
-        raise TypeError(
-            f"{name} is a sparse matrix; xpml estimators accept dense arrays only "
-            f"(sparse input is not supported). Convert with {name}.toarray() if it fits in memory."
-        )
+    if is_sparse(x):
+        x = dense_from_sparse(x, name)
     if not array_api_compat.is_array_api_obj(x) or isinstance(x, (numbers.Number,)):
         try:
             x = np.asarray(x)
@@ -142,13 +225,13 @@ def check_array(
     if len(shape) not in allowed:
         if len(shape) == 1 and 2 in allowed:
             raise ValueError(
-                f"Expected 2D array for {name}, got 1D array instead: {name} has shape {shape}. "
+                f"Expected 2D array, got 1D array instead: {name} has shape {shape}. "
                 f"Reshape your data either using {name}.reshape(-1, 1) if your data has a single "
                 f"feature or {name}.reshape(1, -1) if it contains a single sample."
             )
         if len(shape) == 0:
             raise ValueError(
-                f"Expected 2D array for {name}, got a scalar (0-d array) instead"
+                f"Expected 2D array, got scalar array instead: {name} is a 0-d array"
             )
         want = " or ".join(f"{d}-D" for d in allowed)
         raise ValueError(
@@ -375,9 +458,10 @@ def encode_labels(y, *, name="y", min_classes=2):
     """
     if y is None:
         raise ValueError(f"{name} is None; this estimator needs class labels")
-    if _is_sparse(y):
+    if is_sparse(y):
         raise TypeError(
-            f"{name} is a sparse matrix; class labels must be a dense 1-D array"
+            f"{name} is a SciPy sparse {type(y).__name__}; class labels must be a "
+            f"dense 1-D array (sparse {name} is not supported, as in scikit-learn)"
         )
     if not array_api_compat.is_array_api_obj(y):
         y = np.asarray(y)
@@ -455,6 +539,11 @@ def check_sample_weight(
         return xp.ones((n_samples,), dtype=dtype, device=device)
     if isinstance(sample_weight, numbers.Number):
         return xp.full((n_samples,), float(sample_weight), dtype=dtype, device=device)
+    if len(getattr(sample_weight, "shape", (0,))) != 1:
+        raise ValueError(
+            f"Sample weights must be 1D array or scalar: {name} has shape "
+            f"{tuple(np.shape(sample_weight))}; pass one weight per sample"
+        )
     w = check_array(
         sample_weight, xp=xp, name=name, ndim=1, dtype="float", min_samples=0
     )
