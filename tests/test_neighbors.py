@@ -253,7 +253,7 @@ def test_callable_weights_and_bad_parameters(rng):
     b = KNeighborsClassifier(weights=lambda dist: 1.0 / (dist + 1.0)).fit(X, y)
     np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X))
     with pytest.raises(InvalidParameterError, match="algorithm.*'brute'"):
-        KNeighborsClassifier(algorithm="ball_tree").fit(X, y)
+        KNeighborsClassifier(algorithm="octree").fit(X, y)
     with pytest.raises(InvalidParameterError, match="weights"):
         KNeighborsClassifier(weights="gaussian").fit(X, y)
 
@@ -324,7 +324,7 @@ def test_metric_aliases_params_and_classifier(tie_free):
         c.kneighbors(Q)[1], NearestNeighbors(n_neighbors=4, p=1).fit(X).kneighbors(Q)[1]
     )
     with pytest.raises(ValueError, match="metric_params has unsupported keys"):
-        NearestNeighbors(metric_params={"w": 1}).fit(X)
+        NearestNeighbors(metric_params={"V": 1}).fit(X)
     for metric in ("manhattan", "cosine"):
         kw = {"n_neighbors": 5, "weights": "distance", "metric": metric}
         got = KNeighborsClassifier(**kw).fit(X, y).predict_proba(Q)
@@ -368,3 +368,224 @@ def test_all_zero_weights_raise_as_sklearn(rng):
             ValueError, match="All neighbors of some sample is getting zero weights"
         ):
             method(X)
+
+
+# ------------------------------------------- scikit-learn's metrics (issue 12)
+_R = np.random.default_rng(11)
+_VI = (lambda A: A @ A.T + 5 * np.eye(5))(_R.standard_normal((5, 5)))
+MAPPED_AND_BLOCK_CASES = [
+    ("seuclidean", {"V": _R.uniform(0.5, 2.0, 5)}),
+    ("mahalanobis", {"VI": _VI}),
+    ("mahalanobis", {"V": np.linalg.inv(_VI)}),
+    ("correlation", {}),
+    ("canberra", {}),
+    ("braycurtis", {}),
+    ("hamming", {}),
+    ("minkowski", {"p": 1.5, "w": _R.uniform(0.5, 2.0, 5)}),
+    ("minkowski", {"p": 3, "w": _R.uniform(0.5, 2.0, 5)}),
+    ("nan_euclidean", {}),
+]
+
+
+@pytest.mark.parametrize("metric,params", MAPPED_AND_BLOCK_CASES)
+def test_more_metrics_equal_sklearn(xp, tie_free, metric, params):
+    # indices exactly on tie-free data, distances to rtol 1e-10, for brute and
+    # ball_tree (answered by the exhaustive search), kneighbors and radius
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    X, Q = tie_free
+    X, Q = np.abs(X), np.abs(Q)  # braycurtis: Σ|q + x| away from 0
+    if metric == "hamming":  # few values, so that rows differ in some features
+        X, Q = np.round(X), np.round(Q)
+    if metric == "nan_euclidean":
+        X, Q = X.copy(), Q.copy()
+        X[_R.random(X.shape) < 0.1] = np.nan
+        Q[_R.random(Q.shape) < 0.1] = np.nan
+    ref_params = params
+    if metric == "mahalanobis" and "V" in params:  # scikit-learn's brute needs VI
+        ref_params = {"VI": np.linalg.inv(params["V"])}
+    ref = SK(n_neighbors=6, metric=metric, metric_params=ref_params, algorithm="brute")
+    ref.fit(X)
+    want_d, want_i = ref.kneighbors(Q)
+    # nan_euclidean: the Gram form ‖q‖² + ‖x‖² − 2q·x over present coordinates
+    # (as scikit-learn), summed in another order on other libraries
+    rtol = 1e-8 if metric == "nan_euclidean" else 1e-10
+    for algorithm in ("brute", "ball_tree"):
+        est = NearestNeighbors(
+            n_neighbors=6, metric=metric, metric_params=params, algorithm=algorithm
+        )
+        d, i = est.fit(xp.asarray(X)).kneighbors(xp.asarray(Q))
+        np.testing.assert_allclose(xp.to_numpy(d), want_d, rtol=rtol, atol=1e-13)
+        if metric != "hamming":  # hamming has ties: compared by distance only
+            np.testing.assert_array_equal(xp.to_numpy(i), want_i, err_msg=algorithm)
+    r = float(np.median(want_d))
+    got_d, got_i = est.radius_neighbors(xp.asarray(Q), r, sort_results=True)
+    ref_d, ref_i = ref.radius_neighbors(Q, r, sort_results=True)
+    for a, b, c, e in zip(got_i, ref_i, got_d, ref_d):
+        np.testing.assert_allclose(xp.to_numpy(c), e, rtol=rtol, atol=1e-13)
+        np.testing.assert_array_equal(np.sort(xp.to_numpy(a)), np.sort(b))
+
+
+def test_haversine_equals_sklearn(xp):
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    r = np.random.default_rng(3)
+    X = np.column_stack([r.uniform(-1.5, 1.5, 300), r.uniform(-3.1, 3.1, 300)])
+    Q = np.column_stack([r.uniform(-1.5, 1.5, 40), r.uniform(-3.1, 3.1, 40)])
+    want_d, want_i = SK(n_neighbors=5, metric="haversine").fit(X).kneighbors(Q)
+    est = NearestNeighbors(n_neighbors=5, metric="haversine", algorithm="ball_tree")
+    d, i = est.fit(xp.asarray(X)).kneighbors(xp.asarray(Q))
+    np.testing.assert_array_equal(xp.to_numpy(i), want_i)
+    np.testing.assert_allclose(xp.to_numpy(d), want_d, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="haversine.*2 features"):
+        NearestNeighbors(metric="haversine").fit(xp.asarray(np.ones((4, 3))))
+
+
+BOOLEAN = ["jaccard", "dice", "rogerstanimoto", "russellrao", "sokalsneath", "yule"]
+
+
+@pytest.mark.parametrize("metric", BOOLEAN)
+def test_boolean_metrics_equal_pairwise_distances(xp, metric):
+    # many ties: the reference order is a stable sort of SciPy's distances,
+    # i.e. (distance, index), the tie rule
+    from sklearn.metrics import pairwise_distances
+
+    r = np.random.default_rng(5)
+    X, Q = r.random((200, 12)) > 0.5, r.random((30, 12)) > 0.5
+    D = pairwise_distances(Q, X, metric=metric)
+    want_i = np.argsort(D, axis=1, kind="stable")[:, :7]
+    est = NearestNeighbors(n_neighbors=7, metric=metric)
+    d, i = est.fit(xp.asarray(X, dtype=float)).kneighbors(xp.asarray(Q, dtype=float))
+    np.testing.assert_array_equal(xp.to_numpy(i), want_i)
+    np.testing.assert_allclose(
+        xp.to_numpy(d), np.take_along_axis(D, want_i, axis=1), rtol=1e-12
+    )
+
+
+def test_precomputed_equals_feature_matrix(xp, tie_free):
+    from sklearn.metrics import pairwise_distances
+
+    X, Q = tie_free
+    y = (X[:, 0] > 0).astype(int)
+    DXX, DQX = pairwise_distances(X), pairwise_distances(Q, X)
+    feat = NearestNeighbors(n_neighbors=5).fit(X)
+    pre = NearestNeighbors(n_neighbors=5, metric="precomputed", radius=1.5)
+    pre.fit(xp.asarray(DXX))
+    for q, fq in ((xp.asarray(DQX), Q), (None, None)):
+        d, i = pre.kneighbors(q)
+        fd, fi = feat.kneighbors(fq)
+        np.testing.assert_array_equal(xp.to_numpy(i), fi)
+        np.testing.assert_allclose(xp.to_numpy(d), fd, rtol=1e-10)
+    got = pre.radius_neighbors(xp.asarray(DQX), return_distance=False)
+    want = feat.radius_neighbors(Q, 1.5, return_distance=False)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(xp.to_numpy(a), b)
+    clf = KNeighborsClassifier(metric="precomputed").fit(xp.asarray(DXX), xp.asarray(y))
+    want_y = KNeighborsClassifier().fit(X, y).predict(Q)
+    np.testing.assert_array_equal(xp.to_numpy(clf.predict(xp.asarray(DQX))), want_y)
+    with pytest.raises(ValueError, match="features"):
+        pre.kneighbors(xp.asarray(Q))
+    with pytest.raises(ValueError, match="Negative values"):
+        pre.kneighbors(xp.asarray(-DQX))
+    with pytest.raises(ValueError, match="square"):
+        NearestNeighbors(metric="precomputed").fit(xp.asarray(DQX))
+
+
+def test_callable_and_distance_metric_objects(xp, tie_free):
+    from sklearn.metrics import DistanceMetric
+
+    X, Q = tie_free[0][:80], tie_free[1][:10]
+    want_d, want_i = (
+        NearestNeighbors(n_neighbors=4, metric="manhattan").fit(X).kneighbors(Q)
+    )
+    for metric in (
+        lambda a, b: np.abs(a - b).sum(),
+        DistanceMetric.get_metric("manhattan"),
+    ):
+        for algorithm in ("auto", "kd_tree", "ball_tree"):
+            est = NearestNeighbors(n_neighbors=4, metric=metric, algorithm=algorithm)
+            d, i = est.fit(xp.asarray(X)).kneighbors(xp.asarray(Q))
+            np.testing.assert_array_equal(xp.to_numpy(i), want_i)
+            np.testing.assert_allclose(xp.to_numpy(d), want_d, rtol=1e-12)
+
+
+def test_neighbor_graphs_equal_sklearn(xp, tie_free):
+    import scipy.sparse
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    X, Q = tie_free
+    ours = NearestNeighbors(n_neighbors=4, radius=1.2).fit(xp.asarray(X))
+    ref = SK(n_neighbors=4, radius=1.2).fit(X)
+    for q, rq in ((xp.asarray(Q), Q), (None, None)):
+        for mode in ("connectivity", "distance"):
+            for name in ("kneighbors_graph", "radius_neighbors_graph"):
+                got = getattr(ours, name)(q, mode=mode)
+                want = getattr(ref, name)(rq, mode=mode).toarray()
+                if xp.name.startswith("numpy"):
+                    assert scipy.sparse.issparse(got) and got.format == "csr"
+                    got = got.toarray()
+                np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="Unsupported mode"):
+        ours.kneighbors_graph(xp.asarray(Q), mode="blah")
+
+
+def test_radius_per_query_array(xp, tie_free):
+    from sklearn.neighbors import NearestNeighbors as SK
+
+    X, Q = tie_free
+    radii = np.linspace(0.5, 2.0, Q.shape[0])
+    for metric in ("euclidean", "canberra"):
+        got = NearestNeighbors(metric=metric).fit(xp.asarray(X))
+        got = got.radius_neighbors(xp.asarray(Q), radius=radii, return_distance=False)
+        want = SK(metric=metric, algorithm="ball_tree").fit(X)  # its brute: floats only
+        want = want.radius_neighbors(Q, radius=radii, return_distance=False)
+        assert sum(len(w) for w in want) > 0
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.sort(xp.to_numpy(a)), np.sort(b))
+    with pytest.raises(ValueError, match="one non-negative radius per query"):
+        NearestNeighbors().fit(X).radius_neighbors(Q, radius=radii[:3])
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_multi_output_classifier_equals_sklearn(xp, tie_free, weights):
+    from sklearn.neighbors import KNeighborsClassifier as SK
+
+    X, Q = tie_free
+    Y = np.random.default_rng(2).integers(0, 3, (X.shape[0], 3))
+    Y[:, 1] = Y[:, 1] * 10 + 5  # a different label set per output
+    ours = KNeighborsClassifier(weights=weights).fit(xp.asarray(X), xp.asarray(Y))
+    ref = SK(weights=weights).fit(X, Y)
+    np.testing.assert_array_equal(
+        xp.to_numpy(ours.predict(xp.asarray(Q))), ref.predict(Q)
+    )
+    got, want = ours.predict_proba(xp.asarray(Q)), ref.predict_proba(Q)
+    assert isinstance(got, list) and len(got) == 3
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(xp.to_numpy(a), b, rtol=1e-12)
+
+
+def test_algorithms_and_refusals_as_sklearn(tie_free):
+    X, Q = tie_free
+    brute = NearestNeighbors(n_neighbors=5, algorithm="brute").fit(X).kneighbors(Q)
+    ball = NearestNeighbors(
+        n_neighbors=5, algorithm="ball_tree", leaf_size=30, n_jobs=2
+    )
+    ball = ball.fit(X).kneighbors(Q)
+    np.testing.assert_array_equal(ball[1], brute[1])
+    np.testing.assert_array_equal(ball[0], brute[0])
+    with pytest.raises(ValueError, match="not supported by algorithm='kd_tree'"):
+        NearestNeighbors(
+            algorithm="kd_tree", metric="seuclidean", metric_params={"V": np.ones(5)}
+        ).fit(X)
+    with pytest.raises(ValueError, match="not supported by algorithm='kd_tree'"):
+        NearestNeighbors(algorithm="kd_tree", metric_params={"w": np.ones(5)}).fit(X)
+    with pytest.raises(ValueError, match="does not support 0 < p < 1"):
+        NearestNeighbors(algorithm="ball_tree", p=0.5).fit(X)
+    with pytest.warns(UserWarning, match="0 < p < 1"):
+        NearestNeighbors(algorithm="brute", p=0.5).fit(X)
+    with pytest.warns(SyntaxWarning, match="p is found in metric_params"):
+        NearestNeighbors(metric_params={"p": 3}).fit(X)
+    with pytest.raises(ValueError, match="mahalanobis.*VI"):
+        NearestNeighbors(metric="mahalanobis").fit(X)
+    with pytest.raises(ValueError, match="seuclidean.*5 features|coordinates"):
+        NearestNeighbors(metric="seuclidean", metric_params={"V": np.ones(3)}).fit(X)

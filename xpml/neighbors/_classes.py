@@ -4,8 +4,9 @@ KNeighborsRegressor.
 All three store the training data at ``fit`` and answer queries with one of the
 searches of :mod:`xpml.neighbors._search`:
 
-* ``"brute"`` (and ``"auto"``): exhaustive search over tiled distance blocks,
-  array-API, the GPU path;
+* ``"brute"`` (and ``"auto"``, and ``"ball_tree"``, accepted with
+  scikit-learn's meaning, exact neighbours, and answered by this search):
+  exhaustive search over tiled distance blocks, array-API, the GPU path;
 * ``"kd_tree"``: exact k-d tree search on the CPU (host NumPy; data on another
   device is copied to the host and back), worth it in low dimensions;
 * ``"approx_kd_tree"``: the same tree visiting at most ``max_leaves`` leaves per
@@ -21,92 +22,92 @@ scikit-learn's brute force keeps the same set except at a tie on the k-th
 distance, where its chunked search may keep a larger index; its predictions on
 digits are equal to ours for k = 1, 5, 15 (tested). Votes tied between classes
 go to the smallest class label. ``n_neighbors`` larger than the number of training
-samples raises ``ValueError``.
+samples raises ``ValueError``. A 2-D ``y`` of class labels gives a multi-output
+classifier (``classes_`` a list per output, ``predict_proba`` a list).
+
+``kneighbors_graph`` and ``radius_neighbors_graph`` return SciPy CSR matrices
+when the inputs are NumPy (scikit-learn's type), and a dense array in the
+inputs' library otherwise (the array API has no sparse format).
 """
 
 from __future__ import annotations
 
-import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from array_api_compat import array_namespace
 
-from xpml._backend import enter, to_numpy
+from xpml._backend import enter, move, to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from xpml.kernels import _unit_rows, sq_norms
+from xpml.kernels import sq_norms
+from xpml.neighbors._metrics import (
+    KD_TREE_METRICS,
+    METRIC_NAMES,
+    DistanceMetricLike,
+    block_kneighbors,
+    block_radius,
+    resolve_metric,
+)
 from xpml.neighbors._search import (
     build_kd_tree,
     exhaustive_kneighbors,
     exhaustive_radius,
     kd_tree_kneighbors,
 )
-from xpml.utils._array_api import device
+from xpml.utils._array_api import device, is_numpy_namespace
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import check_is_fitted, decode_labels
+from xpml.utils.validation import check_is_fitted, decode_labels, encode_labels
 
 __all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
 
-ALGORITHMS = ("auto", "brute", "kd_tree", "approx_kd_tree")
+ALGORITHMS = ("auto", "brute", "ball_tree", "kd_tree", "approx_kd_tree")
 WEIGHTS = ("uniform", "distance")
-METRICS = {
-    # name: the Minkowski p it stands for (None: the estimator's p), or "cosine"
-    "minkowski": None,
-    "euclidean": 2,
-    "l2": 2,
-    "sqeuclidean": 2,
-    "manhattan": 1,
-    "cityblock": 1,
-    "l1": 1,
-    "chebyshev": math.inf,
-    "infinity": math.inf,
-    "cosine": "cosine",
-}
+_TREES = ("kd_tree", "approx_kd_tree")
 
 
-def _resolve_metric(metric, p, metric_params):
-    """The search's ``p`` (a number, ``math.inf``, or "cosine") for the
-    estimator's metric; ``metric_params`` may hold only ``p`` (which overrides
-    the ``p`` argument, as in scikit-learn)."""
-    params = dict(metric_params or {})
-    extra = sorted(set(params) - {"p"})
-    if extra:
+def _check_algorithm(algorithm, metric, plan):
+    """scikit-learn's refusals and warning for an (algorithm, metric) pair."""
+    if algorithm in _TREES and not isinstance(metric, str):
+        return  # callables and DistanceMetric objects: answered by brute force
+    if algorithm in _TREES and (
+        metric not in KD_TREE_METRICS
+        or (plan.mapping is not None and plan.p != "cosine")
+    ):
         raise ValueError(
-            f"metric_params has unsupported keys {extra}: only 'p' (the Minkowski "
-            f"power) is supported"
+            f"metric={metric!r} (with these metric_params) is not supported by "
+            f"algorithm={algorithm!r}: use algorithm='brute' or 'ball_tree', or a "
+            f"Minkowski metric without weights"
         )
-    q = METRICS[metric]
-    if q is None:
-        q = params.get("p", 2 if p is None else p)
-        if isinstance(q, bool) or not isinstance(q, Real) or not q > 0:
-            raise ValueError(f"p must be a positive number or inf; got {q!r}")
-        q = math.inf if q == math.inf else float(q)
-    return q
+    if isinstance(plan.p, float) and plan.p < 1:
+        if algorithm in ("kd_tree", "ball_tree", "approx_kd_tree"):
+            raise ValueError(
+                f'algorithm="{algorithm}" does not support 0 < p < 1 for the '
+                "Minkowski metric. To resolve this problem either set p >= 1 or "
+                'algorithm="brute".'
+            )
+        warnings.warn(
+            "Mind that for 0 < p < 1, Minkowski metrics are not distance metrics. "
+            "Continuing the execution with `algorithm='brute'`.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
-def _to_metric_units(rank, metric, p, /, *, xp):
-    """Distances in the metric's units from the search's rank measures."""
-    if metric == "sqeuclidean" or p == "cosine" or p == 1 or p == math.inf:
-        return rank
-    if p == 2:
-        return xp.sqrt(rank)
-    return rank ** (1.0 / p)
-
-
-def _from_metric_units(radius, metric, p):
-    """The rank-measure threshold of a radius in the metric's units."""
-    if metric == "sqeuclidean" or p == 1 or p == math.inf:
-        return float(radius)
-    if p == "cosine":
-        return float(radius)
-    return float(radius) ** p
+def _check_precomputed(D, /, *, xp, name="X"):
+    """A precomputed distance matrix has no negative entries (one host sync)."""
+    if bool(xp.any(D < 0)):
+        raise ValueError(
+            f"Negative values in data passed to precomputed distance matrix {name}"
+        )
 
 
 def _neighbor_weights(dist, weights, /, *, xp):
     """Per-neighbour weights (b, k): ones, ``1/dist`` (rows with a zero distance
     weight exactly their zero-distance neighbours, as scikit-learn does), or a
     user callable on the distance array."""
-    if weights == "uniform":
+    if weights is None or weights == "uniform":
         return xp.ones(dist.shape, dtype=dist.dtype, device=device(dist))
     if weights == "distance":
         zero = dist == 0
@@ -127,34 +128,62 @@ def _check_some_weight(w, /, *, xp):
 
 
 class _KNeighborsBase(BaseEstimator):
-    _distance_based = True
     _parameter_constraints = {
         "algorithm": [Options(*ALGORITHMS)],
         "leaf_size": [Interval(Integral, 1, None, closed="left")],
         "max_leaves": [Interval(Integral, 1, None, closed="left")],
         "memory_budget": [None, Interval(Real, 0, None, closed="neither")],
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        # scikit-learn's default "minkowski" with p=2 (Euclidean)
-        "metric": [Options(*METRICS)],
+        # scikit-learn's default "minkowski" with p=2 (Euclidean); its callables
+        # and DistanceMetric objects too
+        "metric": [Options(*METRIC_NAMES), callable, DistanceMetricLike],
         # Minkowski power, scikit-learn's default 2; used by metric="minkowski"
         "p": [None, Interval(Real, 0, None, closed="neither", allow_inf=True)],
-        # extra metric keywords, scikit-learn's default None; only {"p": ...}
+        # extra metric keywords, scikit-learn's default None
         "metric_params": [None, dict],
+        # scikit-learn's parallelism; accepted and ignored
+        "n_jobs": [None, Integral],
     }
 
-    def _metric_p(self):
-        return _resolve_metric(self.metric, self.p, self.metric_params)
+    @property
+    def _distance_based(self):
+        """Refuse data whose squared distances overflow, except where NaN
+        marks missing coordinates."""
+        return self.metric != "nan_euclidean"
+
+    def _plan(self, *, warn=False):
+        return resolve_metric(self.metric, self.p, self.metric_params, warn=warn)
 
     def _uses_tree(self):
-        """The tree algorithms, for the Minkowski family; cosine (not a
-        Minkowski norm: leaf boxes do not bound it) always searches by brute."""
-        return self.algorithm in ("kd_tree", "approx_kd_tree") and (
-            self._metric_p() != "cosine"
-        )
+        """The tree algorithms, for the plain Minkowski metrics; the others
+        (cosine, callables, DistanceMetric objects) are answered by brute force."""
+        return self.algorithm in _TREES and self._plan().exact_minkowski
+
+    def _validate_X(self, X, y=None, *, fit, target="none"):
+        """Validated data (and targets at fit); NaN allowed for nan_euclidean,
+        distance matrices checked for negative entries."""
+        finite = self.metric != "nan_euclidean"
+        if fit:
+            ctx, X, y, _ = self._validate_fit_data(
+                X, y, target=target, ensure_finite=finite
+            )
+        else:
+            ctx, X = self._validate_predict_data(X, ensure_finite=finite)
+        if self.metric == "precomputed":
+            _check_precomputed(X, xp=ctx.xp)
+        return (ctx, X, y) if fit else (ctx, X)
 
     def _fit_X(self, ctx, X):
         self.n_samples_fit_ = int(X.shape[0])
-        self._metric_p()  # validates metric_params and p
+        plan = self._plan(warn=True)  # validates metric_params and p
+        _check_algorithm(self.algorithm, self.metric, plan)
+        if self.metric == "precomputed" and X.shape[0] != X.shape[1]:
+            raise ValueError(
+                f"metric='precomputed' needs a square distance matrix X at fit; got "
+                f"shape {tuple(X.shape)}"
+            )
+        if plan.mapping is not None:  # its parameters fit the features
+            plan.mapping(X[:1, :], xp=ctx.xp)
         self._state_fit_X = X
         self._state_tree = (
             build_kd_tree(to_numpy(X), self.leaf_size) if self._uses_tree() else None
@@ -167,18 +196,25 @@ class _KNeighborsBase(BaseEstimator):
         X = ctx.take(self._state_fit_X)
         if Q.dtype != X.dtype:
             Q = xp.astype(Q, X.dtype)
-        p = self._metric_p()
-        rank, ind = self._search_rank(ctx, Q, X, k, p)
-        return _to_metric_units(rank, self.metric, p, xp=xp), ind
-
-    def _search_rank(self, ctx, Q, X, k, p):
-        xp = ctx.xp
         n = int(X.shape[0])
         if k > n:
             raise ValueError(
                 f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, "
-                f"n_samples_fit = {n}: n_neighbors must be at most the number of training samples"
+                f"n_samples_fit = {n}: n_neighbors must be at most the number of "
+                f"training samples"
             )
+        plan = self._plan()
+        if plan.pairwise is not None:
+            return block_kneighbors(
+                Q, X, k, plan.pairwise, xp=xp, memory_budget=self.memory_budget
+            )
+        if plan.mapping is not None:
+            Q, X = plan.mapping(Q, xp=xp), plan.mapping(X, xp=xp)
+        rank, ind = self._search_rank(ctx, Q, X, k, plan.p)
+        return plan.to_units(rank, xp=xp), ind
+
+    def _search_rank(self, ctx, Q, X, k, p):
+        xp = ctx.xp
         if self._uses_tree():
             max_leaves = self.max_leaves if self.algorithm == "approx_kd_tree" else None
             d2, ind = kd_tree_kneighbors(
@@ -193,8 +229,6 @@ class _KNeighborsBase(BaseEstimator):
                 xp.asarray(d2, device=ctx.device),
                 xp.asarray(ind, device=ctx.device),
             )
-        if p == "cosine":
-            Q, X = _unit_rows(Q, xp=xp), _unit_rows(X, xp=xp)
         norms = sq_norms(X, xp=xp) if p == 2 else None
         return exhaustive_kneighbors(
             Q, X, k, xp=xp, X_norms=norms, memory_budget=self.memory_budget, p=p
@@ -207,7 +241,7 @@ class _KNeighborsBase(BaseEstimator):
             raise ValueError(f"n_neighbors must be a positive int; got {k!r}")
         k = int(k)
         if X is not None:
-            ctx, X = self._validate_predict_data(X)
+            ctx, X = self._validate_X(X, fit=False)
             d2, ind = self._search(ctx, X, k)
             return ctx, d2, ind
         check_is_fitted(self)
@@ -221,9 +255,10 @@ class _KNeighborsBase(BaseEstimator):
             )
         d2, ind = self._search(ctx, Xf, k + 1)
         own = ind == xp.arange(n, dtype=ind.dtype, device=ctx.device)[:, None]
-        # drop the point itself, or the farthest candidate when it is not listed
-        last = xp.arange(k + 1, device=ctx.device)[None, :] == k
-        drop = xp.where(xp.any(own, axis=1, keepdims=True), own, last)
+        # drop the point itself; when it is not listed (more than k duplicates of
+        # it), the first candidate, a duplicate standing for it (scikit-learn's rule)
+        first = xp.arange(k + 1, device=ctx.device)[None, :] == 0
+        drop = xp.where(xp.any(own, axis=1, keepdims=True), own, first)
         keep = xp.argsort(xp.astype(drop, xp.int32), axis=1, stable=True)[:, :k]
         return (
             ctx,
@@ -256,6 +291,26 @@ class _KNeighborsBase(BaseEstimator):
             return ctx.out(ind)
         return ctx.out(dist), ctx.out(ind)
 
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """The k nearest neighbours as a graph (n_queries, n_samples_fit).
+
+        ``mode="connectivity"``: ones; ``"distance"``: the distances. A SciPy CSR
+        matrix on NumPy (as scikit-learn); on other libraries a dense array in
+        the inputs' library (the array API has no sparse matrices). X=None: the
+        training points, each excluding itself.
+        """
+        _check_mode(mode)
+        ctx, dist, ind = self._kneighbors(X, n_neighbors)
+        xp = ctx.xp
+        n_q, k = int(ind.shape[0]), int(ind.shape[1])
+        rows = xp.reshape(
+            xp.broadcast_to(xp.arange(n_q, device=ctx.device)[:, None], (n_q, k)), (-1,)
+        )
+        vals = None if mode == "connectivity" else xp.reshape(dist, (-1,))
+        return _graph(
+            ctx, rows, xp.reshape(ind, (-1,)), vals, (n_q, self.n_samples_fit_)
+        )
+
 
 class NearestNeighbors(_KNeighborsBase):
     """Unsupervised nearest-neighbour search (:meth:`kneighbors`).
@@ -265,33 +320,55 @@ class NearestNeighbors(_KNeighborsBase):
     n_neighbors : int, default=5
     radius : float, default=1.0
         Default radius of :meth:`radius_neighbors`, in the metric's units.
-    algorithm : {"auto", "brute", "kd_tree", "approx_kd_tree"}, default="auto"
+    algorithm : {"auto", "brute", "ball_tree", "kd_tree", "approx_kd_tree"}, \
+default="auto"
         "auto" and "brute": exhaustive search on tiled distance blocks (any
-        backend, the GPU path). "kd_tree": exact, CPU (host NumPy).
+        backend, the GPU path). "ball_tree" is accepted with scikit-learn's
+        meaning (exact neighbours) and answered by the exhaustive search: the
+        same neighbours and distances as "brute" (there is no ball tree here).
+        "kd_tree": exact, CPU (host NumPy), for the Minkowski metrics.
         "approx_kd_tree": the tree visiting at most ``max_leaves`` leaves.
     leaf_size : int, default=64
         Points per k-d tree leaf (at most). Larger than scikit-learn's 30: this
         tree ranks every leaf box per query (vectorised), so fewer, fuller
-        leaves are faster.
+        leaves are faster. Accepted and unused with "ball_tree".
     max_leaves : int, default=16
         The approximate mode's accuracy knob: leaves visited per query.
     memory_budget : float, optional
         Bytes of distance-block workspace for the exhaustive search. Default:
         :data:`xpml.kernels.DEFAULT_MEMORY_BUDGET`; on NumPy 16 MiB per CPU
         thread (cache-sized blocks, spread over a thread pool).
-    metric : str, default="minkowski"
-        "minkowski" (with ``p``), "euclidean"/"l2", "sqeuclidean",
-        "manhattan"/"cityblock"/"l1", "chebyshev"/"infinity", "cosine".
-        Euclidean and cosine rank by one Gram product per block; the other
-        Minkowski metrics by a (b, m) accumulation over the features within the
-        memory budget. The k-d tree serves the Minkowski family (leaf boxes
-        bound every such norm); "cosine" is not a norm of the difference, so
-        with a tree algorithm it searches by brute force (scikit-learn raises).
+    metric : str, callable or DistanceMetric, default="minkowski"
+        scikit-learn's brute-force metrics (see :mod:`xpml.neighbors._metrics`):
+        "minkowski" (with ``p``, and weights ``w`` in ``metric_params``),
+        "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1",
+        "chebyshev"/"infinity", "cosine", "correlation", "seuclidean" (``V``),
+        "mahalanobis" (``VI`` or ``V``), "haversine" (2 features: latitude,
+        longitude in radians), "canberra", "braycurtis", "hamming",
+        "nan_euclidean" (NaN marks a missing coordinate), the boolean
+        "jaccard", "dice", "rogerstanimoto", "russellrao", "sokalsneath",
+        "yule" (nonzero is true), "precomputed" (``X`` at fit is the square
+        distance matrix, queries are distances to the training points), a
+        callable ``metric(a, b) -> float`` (called on the host for every pair:
+        slow) or an object with ``pairwise(A, B)``. Euclidean, cosine and the
+        metrics that are one of them after a linear map rank by one Gram product
+        per block; the others by distance blocks within the memory budget.
+        The k-d tree serves the Minkowski family without weights (leaf boxes
+        bound every such norm); other named metrics raise with "kd_tree", as in
+        scikit-learn, except "cosine", which is answered by brute force
+        (scikit-learn raises); callables and DistanceMetric objects are answered
+        by brute force with every algorithm.
     p : float, default=2
         Minkowski power for metric="minkowski" (1: manhattan, 2: euclidean,
-        ``inf``: chebyshev; 0 < p < 1 is accepted, as in scikit-learn).
+        ``inf``: chebyshev; 0 < p < 1 is accepted with "auto"/"brute", with a
+        warning, and refused by the trees, as in scikit-learn).
     metric_params : dict, optional
-        Only ``{"p": ...}``, which overrides ``p``.
+        The metric's keywords: ``p`` (overrides ``p``, with scikit-learn's
+        SyntaxWarning) and ``w`` for "minkowski", ``V`` for "seuclidean",
+        ``VI`` or ``V`` for "mahalanobis", keywords of a callable.
+    n_jobs : int, optional
+        Accepted for scikit-learn's signature and ignored: the exhaustive search
+        parallelises over row blocks itself (NumPy) or runs on the device.
 
     Attributes
     ----------
@@ -332,6 +409,7 @@ class NearestNeighbors(_KNeighborsBase):
         metric="minkowski",
         p=2,
         metric_params=None,
+        n_jobs=None,
     ):
         self.n_neighbors = n_neighbors
         self.radius = radius
@@ -342,10 +420,11 @@ class NearestNeighbors(_KNeighborsBase):
         self.metric = metric
         self.p = p
         self.metric_params = metric_params
+        self.n_jobs = n_jobs
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Store the training points (and build the tree for the tree algorithms)."""
-        ctx, X, _, _ = self._validate_fit_data(X)
+        ctx, X, _ = self._validate_X(X, fit=True)
         self._fit_X(ctx, X)
         return self._fitted(ctx)
 
@@ -359,8 +438,9 @@ class NearestNeighbors(_KNeighborsBase):
         ----------
         X : array (n_queries, d), optional
             Queries. None means the training points, each excluding itself.
-        radius : float, optional
-            In the metric's units. Default: the estimator's ``radius``.
+        radius : float or array (n_queries,), optional
+            In the metric's units; an array gives each query its own radius.
+            Default: the estimator's ``radius``.
         return_distance : bool, default=True
         sort_results : bool, default=False
             Order each query's neighbours by (distance, index); otherwise by
@@ -375,41 +455,119 @@ class NearestNeighbors(_KNeighborsBase):
         """
         if sort_results and not return_distance:
             raise ValueError("return_distance must be True if sort_results is True.")
-        r = self.radius if radius is None else radius
-        if isinstance(r, bool) or not isinstance(r, Real) or not r >= 0:
-            raise ValueError(f"radius must be a non-negative number; got {r!r}")
-        ctx, rows, cols, dist, n_q = self._radius_pairs(X, r)
+        ctx, rows, cols, dist, n_q = self._radius_pairs(X, radius)
         xp = ctx.xp
-        if sort_results:  # by (row, distance, index): cols already increase per row
-            order = xp.argsort(dist, stable=True)
-            order = xp.take(order, xp.argsort(xp.take(rows, order), stable=True))
-            rows, cols, dist = (xp.take(a, order) for a in (rows, cols, dist))
+        if sort_results:
+            rows, cols, dist = _sort_pairs(rows, cols, dist, xp=xp)
         counts = np.bincount(to_numpy(rows), minlength=n_q)
         ind = _split_rows(ctx.out(cols), counts)
         return (_split_rows(ctx.out(dist), counts), ind) if return_distance else ind
 
-    def _radius_pairs(self, X, r):
-        """(ctx, rows, cols, distances, n_queries) of the pairs within ``r``."""
+    def radius_neighbors_graph(
+        self, X=None, radius=None, mode="connectivity", sort_results=False
+    ):
+        """The pairs within ``radius`` as a graph (n_queries, n_samples_fit).
+
+        ``mode="connectivity"``: ones; ``"distance"``: the distances. A SciPy CSR
+        matrix on NumPy (as scikit-learn); on other libraries a dense array in
+        the inputs' library (the array API has no sparse matrices). X=None: the
+        training points, each excluding itself. ``sort_results=True`` stores
+        each row's CSR entries by increasing distance, else by index.
+        """
+        _check_mode(mode)
+        ctx, rows, cols, dist, n_q = self._radius_pairs(X, radius)
+        if sort_results:
+            rows, cols, dist = _sort_pairs(rows, cols, dist, xp=ctx.xp)
+        vals = None if mode == "connectivity" else dist
+        return _graph(ctx, rows, cols, vals, (n_q, self.n_samples_fit_))
+
+    def _radius_pairs(self, X, radius):
+        """(ctx, rows, cols, distances, n_queries) of the pairs within ``radius``."""
         if X is None:
             check_is_fitted(self)
             ctx, (Q,) = enter(self._state_fit_X, names=("X",))
         else:
-            ctx, Q = self._validate_predict_data(X)
+            ctx, Q = self._validate_X(X, fit=False)
         xp = ctx.xp
+        n_q = int(Q.shape[0])
+        r = _check_radius(self.radius if radius is None else radius, n_q)
         Xf = ctx.take(self._state_fit_X)
         Q = Q if Q.dtype == Xf.dtype else xp.astype(Q, Xf.dtype)
-        p = self._metric_p()
-        if p == "cosine":
-            Q, Xf = _unit_rows(Q, xp=xp), _unit_rows(Xf, xp=xp)
-        thr = _from_metric_units(r, self.metric, p)
-        rows, cols, rank = exhaustive_radius(
-            Q, Xf, thr, xp=xp, p=p, memory_budget=self.memory_budget
-        )
+        plan = self._plan()
+        if plan.pairwise is not None:
+            thr = (
+                r
+                if isinstance(r, float)
+                else xp.asarray(r, dtype=Xf.dtype, device=ctx.device)
+            )
+            rows, cols, dist = block_radius(
+                Q, Xf, thr, plan.pairwise, xp=xp, memory_budget=self.memory_budget
+            )
+        else:
+            if plan.mapping is not None:
+                Q, Xf = plan.mapping(Q, xp=xp), plan.mapping(Xf, xp=xp)
+            thr = plan.rank_threshold(r)
+            if not isinstance(thr, float):
+                thr = xp.asarray(thr, dtype=Xf.dtype, device=ctx.device)
+            rows, cols, rank = exhaustive_radius(
+                Q, Xf, thr, xp=xp, p=plan.p, memory_budget=self.memory_budget
+            )
+            dist = plan.to_units(rank, xp=xp)
         if X is None:  # each training point is not its own neighbour
             keep = xp.nonzero(rows != cols)[0]
-            rows, cols, rank = (xp.take(a, keep) for a in (rows, cols, rank))
-        dist = _to_metric_units(rank, self.metric, p, xp=xp)
-        return ctx, rows, cols, dist, int(Q.shape[0])
+            rows, cols, dist = (xp.take(a, keep) for a in (rows, cols, dist))
+        return ctx, rows, cols, dist, n_q
+
+
+def _sort_pairs(rows, cols, dist, /, *, xp):
+    """Pairs ordered by (row, distance, index): cols already increase per row."""
+    order = xp.argsort(dist, stable=True)
+    order = xp.take(order, xp.argsort(xp.take(rows, order), stable=True))
+    return tuple(xp.take(a, order) for a in (rows, cols, dist))
+
+
+def _check_radius(r, n_q):
+    """A radius >= 0, or host array (n_queries,) of them."""
+    if isinstance(r, Real) and not isinstance(r, bool):
+        if not r >= 0:
+            raise ValueError(f"radius must be a non-negative number; got {r!r}")
+        return float(r)
+    try:
+        arr = np.asarray(to_numpy(r), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"radius must be a number or an array; got {r!r}") from None
+    if arr.ndim == 0:
+        return _check_radius(float(arr), n_q)
+    if arr.shape != (n_q,) or not np.all(arr >= 0):
+        raise ValueError(
+            f"radius as an array must hold one non-negative radius per query "
+            f"({n_q}); got shape {arr.shape}"
+        )
+    return arr
+
+
+def _check_mode(mode):
+    if mode not in ("connectivity", "distance"):
+        raise ValueError(
+            'Unsupported mode, must be one of "connectivity", or "distance" but got '
+            f'"{mode}" instead'
+        )
+
+
+def _graph(ctx, rows, cols, vals, shape):
+    """A neighbour graph: SciPy CSR when the caller's library is NumPy
+    (scikit-learn's type), else a dense array in the caller's library (built
+    on the host: one copy of the pairs)."""
+    r, c = to_numpy(rows), to_numpy(cols)
+    v = np.ones(r.shape[0]) if vals is None else to_numpy(vals)
+    if is_numpy_namespace(ctx.out_xp):
+        import scipy.sparse
+
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=shape[0]))])
+        return scipy.sparse.csr_matrix((v, c, indptr), shape=shape)
+    dense = np.zeros(shape, dtype=v.dtype)
+    dense[r, c] = v
+    return ctx.out(ctx.xp.asarray(dense, device=ctx.device))
 
 
 def _split_rows(flat, counts):
@@ -425,7 +583,8 @@ class _WeightedKNeighbors(_KNeighborsBase):
 
     _parameter_constraints = {
         **_KNeighborsBase._parameter_constraints,
-        "weights": [Options(*WEIGHTS), callable],
+        # scikit-learn's default "uniform" (None means the same)
+        "weights": [None, Options(*WEIGHTS), callable],
     }
 
     def __init__(
@@ -440,6 +599,7 @@ class _WeightedKNeighbors(_KNeighborsBase):
         metric="minkowski",
         p=2,
         metric_params=None,
+        n_jobs=None,
     ):
         self.n_neighbors = n_neighbors
         self.weights = weights
@@ -450,6 +610,7 @@ class _WeightedKNeighbors(_KNeighborsBase):
         self.metric = metric
         self.p = p
         self.metric_params = metric_params
+        self.n_jobs = n_jobs
 
 
 class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
@@ -464,12 +625,14 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
         distance array (n_queries, k) to weights of the same shape; a query
         whose neighbours all get weight 0 raises ``ValueError`` (scikit-learn's
         message).
-    algorithm, leaf_size, max_leaves, memory_budget, metric, p, metric_params
+    algorithm, leaf_size, max_leaves, memory_budget, metric, p, metric_params, n_jobs
         As in :class:`NearestNeighbors`.
 
     Attributes
     ----------
-    classes_ : array (n_classes,)
+    classes_ : array (n_classes,), or a list of them (one per output of a 2-D y)
+    outputs_2d_ : bool
+        Whether ``y`` had several outputs (columns).
     n_samples_fit_, n_features_in_ : int
 
     Notes
@@ -487,33 +650,85 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     """
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
-        """Store the training points and their class codes."""
-        ctx, X, y, _ = self._validate_fit_data(X, y, target="classes")
+        """Store the training points and their class codes (one column of
+        codes per output for a 2-D ``y``)."""
+        if _is_multi_output(y):
+            classes, codes = _encode_columns(y)
+            ctx, X, Y = self._validate_X(X, codes, fit=True, target="multi")
+            self.classes_ = classes
+            self.outputs_2d_ = True
+            self._state_fit_y = ctx.xp.astype(Y, ctx.xp.int64)
+        else:
+            ctx, X, y = self._validate_X(X, y, fit=True, target="classes")
+            self.outputs_2d_ = False
+            self._state_fit_y = y
         self._fit_X(ctx, X)
-        self._state_fit_y = y
         return self._fitted(ctx)
 
     def _votes(self, X):
+        """(ctx, [votes (n_queries, n_classes) per output])."""
         ctx, dist, ind = self._kneighbors(X, None)
         xp = ctx.xp
-        codes = xp.take(ctx.take(self._state_fit_y), xp.reshape(ind, (-1,)), axis=0)
-        codes = xp.reshape(codes, ind.shape)
+        y = ctx.take(self._state_fit_y)
         w = _neighbor_weights(dist, self.weights, xp=xp)
         _check_some_weight(w, xp=xp)
-        n_classes = int(self.classes_.shape[0])
-        classes = xp.arange(n_classes, dtype=codes.dtype, device=ctx.device)
-        onehot = xp.astype(codes[:, :, None] == classes[None, None, :], w.dtype)
-        return ctx, xp.sum(w[:, :, None] * onehot, axis=1)
+        flat = xp.reshape(ind, (-1,))
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        votes = []
+        for j, cls in enumerate(classes):
+            col = y[:, j] if self.outputs_2d_ else y
+            codes = xp.reshape(xp.take(col, flat, axis=0), ind.shape)
+            labels = xp.arange(int(cls.shape[0]), dtype=codes.dtype, device=ctx.device)
+            onehot = xp.astype(codes[:, :, None] == labels[None, None, :], w.dtype)
+            votes.append(xp.sum(w[:, :, None] * onehot, axis=1))
+        return ctx, votes
 
-    def predict_proba(self, X: ArrayLike) -> Array:
-        """Weighted class frequencies among the neighbours, (n_queries, n_classes)."""
+    def predict_proba(self, X: ArrayLike) -> Array | list:
+        """Weighted class frequencies among the neighbours, (n_queries,
+        n_classes); a list of them, one per output, for a 2-D ``y``."""
         ctx, votes = self._votes(X)
-        return ctx.out(votes / ctx.xp.sum(votes, axis=1, keepdims=True))
+        proba = [ctx.out(v / ctx.xp.sum(v, axis=1, keepdims=True)) for v in votes]
+        return proba if self.outputs_2d_ else proba[0]
 
     def predict(self, X: ArrayLike) -> Array:
-        """The class with the largest (weighted) vote; the smallest label on ties."""
+        """The class with the largest (weighted) vote; the smallest label on
+        ties; (n_queries, n_outputs) for a 2-D ``y``."""
         ctx, votes = self._votes(X)
-        return decode_labels(self.classes_, ctx.xp.argmax(votes, axis=1), ctx)
+        xp = ctx.xp
+        if not self.outputs_2d_:
+            return decode_labels(self.classes_, xp.argmax(votes[0], axis=1), ctx)
+        cols = [
+            decode_labels(cls, xp.argmax(v, axis=1), ctx)
+            for cls, v in zip(self.classes_, votes)
+        ]
+        if all(isinstance(c, np.ndarray) for c in cols):
+            return np.stack(cols, axis=1)
+        out_xp = array_namespace(*cols)
+        return out_xp.stack(cols, axis=1)
+
+
+def _is_multi_output(y):
+    """A 2-D ``y`` with more than one column (one column is flattened later)."""
+    shape = getattr(y, "shape", None)
+    if shape is None:
+        shape = np.asarray(y).shape
+    return len(shape) == 2 and shape[1] > 1
+
+
+def _encode_columns(y):
+    """Per output: sorted labels and integer codes (codes as an (n, n_outputs)
+    array in ``y``'s library; labels encoded on the host)."""
+    y_host = to_numpy(y) if hasattr(y, "shape") else np.asarray(y)
+    classes, codes = [], []
+    for j in range(y_host.shape[1]):
+        cls, c = encode_labels(y_host[:, j], name=f"y[:, {j}]", min_classes=1)
+        classes.append(cls)
+        codes.append(to_numpy(c))
+    codes = np.stack(codes, axis=1)
+    if hasattr(y, "shape") and not isinstance(y, np.ndarray):
+        xp = array_namespace(y)
+        return classes, move(codes, xp, device(y))
+    return classes, codes
 
 
 class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
@@ -524,7 +739,7 @@ class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
     n_neighbors : int, default=5
     weights : {"uniform", "distance"} or callable, default="uniform"
         As in :class:`KNeighborsClassifier`.
-    algorithm, leaf_size, max_leaves, memory_budget, metric, p, metric_params
+    algorithm, leaf_size, max_leaves, memory_budget, metric, p, metric_params, n_jobs
         As in :class:`NearestNeighbors`.
 
     Attributes
@@ -548,7 +763,7 @@ class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Store the training points and targets."""
-        ctx, X, y, _ = self._validate_fit_data(X, y, target="multi")
+        ctx, X, y = self._validate_X(X, y, fit=True, target="multi")
         self._fit_X(ctx, X)
         self._state_fit_y = y
         return self._fitted(ctx)

@@ -415,8 +415,11 @@ def exhaustive_kneighbors(
 
 def _radius_block(Qb, X, Xf, thr, p, /, *, xp):
     """(rows, cols, rank) of the pairs of a query block with rank measure
-    ``<= thr``: candidates by the block scores with a rounding margin, then
-    measured directly (so the test is exact)."""
+    ``<= thr`` (a float, or an array (b,) of per-query thresholds): candidates
+    by the block scores with a rounding margin, then measured directly (so the
+    test is exact)."""
+    per_query = not isinstance(thr, float)
+    t = thr[:, None] if per_query else thr
     D = _score_block(_query_side(Qb, p, xp=xp), X, Xf, p, xp=xp)
     if p == 2:  # the score lacks ‖q‖², and loses about eps·(‖q‖² + ‖x‖²)
         qn = sq_norms(Qb, xp=xp)[:, None]
@@ -425,17 +428,18 @@ def _radius_block(Qb, X, Xf, thr, p, /, *, xp):
     else:
         if p == "cosine":  # the score is −q·x: the distance less 1
             D = D + 1.0
-        slack = 64 * eps(X.dtype, xp) * (1.0 + abs(thr))
-    rows, cols = xp.nonzero(D <= thr + slack)
+        slack = 64 * eps(X.dtype, xp) * (1.0 + (xp.abs(t) if per_query else abs(t)))
+    rows, cols = xp.nonzero(D <= t + slack)
     P = xp.take(X, cols, axis=0)[:, None, :]
     r = _direct_rank(xp.take(Qb, rows, axis=0), P, p, xp=xp)[:, 0]
-    keep = xp.nonzero(r <= thr)[0]
+    keep = xp.nonzero(r <= (xp.take(thr, rows) if per_query else thr))[0]
     return xp.take(rows, keep), xp.take(cols, keep), xp.take(r, keep)
 
 
 def exhaustive_radius(Q, X, thr, /, *, xp, p=2, memory_budget=None):
     """Every training row within rank measure ``thr`` of each query (for p = 2
-    ``thr`` is the squared radius; "cosine": ``1 − q·x <= thr`` on unit rows).
+    ``thr`` is the squared radius; "cosine": ``1 − q·x <= thr`` on unit rows);
+    ``thr`` may be an array (n_queries,) of per-query thresholds.
 
     Returns
     -------
@@ -453,10 +457,12 @@ def exhaustive_radius(Q, X, thr, /, *, xp, p=2, memory_budget=None):
         memory_budget=memory_budget_bytes(memory_budget) / 2,
     )
     Xf = _point_side(X, p, xp=xp)
+    thr = float(thr) if isinstance(thr, (int, float)) else thr
     parts = []
     for r0 in range(0, n_q, rows_per_block):
         r1 = min(r0 + rows_per_block, n_q)
-        rows, cols, r = _radius_block(Q[r0:r1, :], X, Xf, thr, p, xp=xp)
+        t = thr if isinstance(thr, float) else thr[r0:r1]
+        rows, cols, r = _radius_block(Q[r0:r1, :], X, Xf, t, p, xp=xp)
         parts.append((xp.astype(rows, xp.int64) + r0, xp.astype(cols, xp.int64), r))
     return tuple(xp.concat([part[i] for part in parts]) for i in range(3))
 
