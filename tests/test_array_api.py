@@ -68,6 +68,41 @@ def test_memory_budget(monkeypatch):
         aa.memory_budget()
 
 
+def _modules_after(code):
+    """Whether array-api-compat's NumPy wrapper and CuPy are imported after
+    running ``code`` in a fresh interpreter (no XPML_ settings)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPML_")}
+    probe = (
+        code + "; import sys; "
+        "print('array_api_compat.numpy' in sys.modules, 'cupy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize(
+    "module", ["xpml.kernels", "xpml.kernel_ridge", "xpml.linear_model", "xpml.linalg"]
+)
+def test_namespace_built_at_import_not_first_call(module):
+    """Issue 16: the modules that compute build NumPy's wrapped namespace when
+    imported (the first fit does not pay for it); ``import xpml`` stays light,
+    and a library that is not imported is not imported by the preload."""
+    assert _modules_after("import xpml") == ["False", "False"]
+    assert _modules_after(f"import {module}") == ["True", "False"]
+    before = _modules_after(
+        "from xpml.utils._array_api import preload_namespace; "
+        "preload_namespace('cupy'); preload_namespace('torch')"
+    )
+    assert before == ["False", "False"]
+
+
 def test_dispatch_picks_fast_then_portable():
     @aa.portable("_test_op")
     def slow(x, /, *, xp):

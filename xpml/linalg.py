@@ -22,10 +22,16 @@ from xpml.utils._array_api import (
     fast_path,
     is_numpy_namespace,
     portable,
+    preload_namespace,
 )
 from xpml.utils.validation import check_array
 
 __all__ = ["compact_svd", "pinv", "svd_flip", "right_singular"]
+
+# NumPy's array-API wrapper is built with the imports of the modules that use
+# these helpers (PCA, k-means, k-NN), not by their first call (issue 16; see
+# preload_namespace)
+preload_namespace("numpy")
 
 
 def _single_threaded_blas(xp):

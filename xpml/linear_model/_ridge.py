@@ -19,10 +19,14 @@ from xpml.linear_model._base import (
     solve_spd,
 )
 from xpml.utils._array_api import device as _device
-from xpml.utils._array_api import eps
+from xpml.utils._array_api import eps, preload_namespace
 from xpml.utils._param_validation import Interval, Options
 
 __all__ = ["Ridge", "SOLVERS"]
+
+# NumPy's array-API wrapper is built with the imports, not by the first fit (issue
+# 16; see preload_namespace)
+preload_namespace("numpy")
 
 SOLVERS = ("auto", "primal", "dual", "svd")
 # scikit-learn's solver names. They all solve the same strictly convex problem

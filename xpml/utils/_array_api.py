@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "registered_ops",
     "Library",
     "LIBRARIES",
+    "preload_namespace",
 ]
 
 # ---------------------------------------------------------------- libraries
@@ -209,6 +211,24 @@ LIBRARIES: dict[str, Library] = {
     )
 }
 """The backends, by name: the single place that knows each library."""
+
+
+def preload_namespace(name: str = "numpy") -> None:
+    """Build the array-API namespace of library ``name`` now, if it is imported.
+
+    array-api-compat builds its wrapper of NumPy on the first call that asks
+    for it: some 40 ms beside SciPy and scikit-learn, and over half a second
+    in a bare interpreter, since building it touches every lazily loaded NumPy
+    submodule (``f2py``, ``testing``, ``ma`` ...). The modules that compute
+    (the Gram engine, the linear models) call this when they are imported, so
+    that the cost is paid with the other imports and not by the first ``fit``
+    (issue 16). ``import xpml`` itself does not: it stays light. A library
+    that is not imported is left alone.
+    """
+    lib = LIBRARIES[name]
+    module = sys.modules.get(lib.module)
+    if module is not None:
+        lib.namespace(module)
 
 
 # ------------------------------------------------------------------ arrays
