@@ -29,6 +29,14 @@ def test_categorise_failures():
     assert compat.categorise(
         "AttributeError: 'SVC' object has no attribute '_impl'"
     ) == ("scikit-learn internals: _impl")
+    assert (
+        compat.categorise(
+            "ValueError: X is a SciPy sparse csr_matrix of shape (10, 10); xpml "
+            "computes on its dense form here, which needs 800 bytes (float64), over "
+            "the memory budget of 100 bytes."
+        )
+        == "sparse input over the memory budget"
+    )
 
 
 @pytest.mark.slow
@@ -46,7 +54,13 @@ def test_fast_subset_runs_and_exercises_xpml():
 EXPECTED_FAST_PASSES = {
     "test_kernel_ridge",
     "test_kernel_ridge_multi_output",
+    "test_kernel_ridge_precomputed",
     "test_kernel_ridge_precomputed_kernel_unchanged",
     "test_kernel_ridge_sample_weights",
     "test_kernel_ridge_singular_kernel",
+    # SciPy sparse X (the one policy in xpml.utils.validation)
+    "test_kernel_ridge_sparse[csr_matrix]",
+    "test_kernel_ridge_sparse[csr_array]",
+    "test_kernel_ridge_sparse[csc_matrix]",
+    "test_kernel_ridge_sparse[csc_array]",
 }

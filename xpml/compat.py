@@ -224,6 +224,7 @@ _CATEGORIES = (
     (r"has no attribute '(tree_|_\w+)'", "scikit-learn internals: {0}"),
     (r"has no attribute '(\w+_)'", "fitted attribute not provided: {0}"),
     (r"has no attribute '(\w+)'", "method not provided: {0}"),
+    (r"over the memory budget", "sparse input over the memory budget"),
     (r"sparse", "sparse input not supported"),
     (r"must be one of|must be a|got .* instead|is not allowed", "option not supported"),
     (r"Not equal to tolerance|Arrays are not|assert", "different numbers"),

@@ -316,6 +316,13 @@ class _DiscreteNB(_BaseNB):
         ctx, _ = enter()
         return ctx, X
 
+    def _check_alpha(self):
+        """``alpha`` after scikit-learn's checks (its private method's name and
+        result: a float64 scalar or (d,) array, small values raised unless
+        ``force_alpha``)."""
+        d = getattr(self, "n_features_in_", None)  # needed for an array alpha only
+        return _check_alpha(self.alpha, self.force_alpha, d)
+
     def _alpha(self, like, /, *, xp):
         """The smoothing ``α`` (scalar or (d,)) as an array like ``like``."""
         a = _check_alpha(self.alpha, self.force_alpha, like.shape[1])
