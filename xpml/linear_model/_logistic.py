@@ -62,10 +62,8 @@ def _loss(Z, Y, sw, /, *, xp, binary):
     if binary:
         z = Z[:, 0]
         y = Y[:, 0]
-        # −[y log σ(z) + (1 − y) log σ(−z)]
-        return -xp.sum(
-            sw * (y * log_sigmoid(z, xp=xp) + (1.0 - y) * log_sigmoid(-z, xp=xp))
-        )
+        # −[y log σ(z) + (1 − y) log σ(−z)], with log σ(−z) = log σ(z) − z
+        return -xp.sum(sw * (log_sigmoid(z, xp=xp) - (1.0 - y) * z))
     lse = logsumexp(Z, xp=xp, axis=1)[:, 0]
     return xp.sum(sw * (lse - xp.sum(Y * Z, axis=1)))
 
@@ -93,6 +91,19 @@ def _gradient(X, Y, sw, W, b, /, *, lam, xp, binary, fit_intercept):
 def _augment(X, /, *, xp):
     ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=_device(X))
     return xp.concat([ones, X], axis=1)
+
+
+def _binary_gradient(X, z, y, sw, w, /, *, lam, xp, fit_intercept):
+    """Gradient of the binary objective at scores ``z`` (one product with
+    ``X``): ``(g_w, g_b)`` of :func:`_binary_newton_system` without its Hessian."""
+    s = sigmoid(z, xp=xp)
+    r = sw * (s - y)
+    gw = X.T @ r
+    if lam:
+        gw = gw + lam * w
+    if fit_intercept:
+        return gw, xp.sum(r)[None]
+    return gw, xp.zeros((1,), dtype=X.dtype, device=_device(X))
 
 
 def _binary_newton_system(X, z, y, sw, w, /, *, lam, xp, fit_intercept, rows=None):
@@ -435,12 +446,16 @@ class LogisticRegression(
         Xa = None if binary else (_augment(X, xp=xp) if fi else X)
         Z = _scores(X, W, b, xp=xp)  # kept up to date: one pass over X per step
         F = float(_loss(Z, Y, sw, xp=xp, binary=binary) + 0.5 * lam * xp.sum(W * W))
-        converged, it = False, 0
+        converged, it, H, renew = False, 0, None, True
         for it in range(1, self.max_iter + 1):
             if binary:
-                gW, gb, H = _binary_newton_system(
-                    X, Z[:, 0], Y[:, 0], sw, W[:, 0], lam=lam, xp=xp, fit_intercept=fi
-                )
+                args = (X, Z[:, 0], Y[:, 0], sw, W[:, 0])
+                if renew:  # gradient and Hessian in one pass over X
+                    gW, gb, H = _binary_newton_system(
+                        *args, lam=lam, xp=xp, fit_intercept=fi
+                    )
+                else:
+                    gW, gb = _binary_gradient(*args, lam=lam, xp=xp, fit_intercept=fi)
                 gW = gW[:, None]
             else:
                 P = softmax(Z, xp=xp, axis=1)
@@ -458,6 +473,9 @@ class LogisticRegression(
                 break
             if not lam and _separated(Z, codes, sw, xp=xp, binary=binary):
                 break
+            # once within tol, Newton's quadratic convergence lets the last
+            # Hessian take the polishing step(s) to tol / 100 (no pass to rebuild it)
+            renew = gmax / total > self.tol
             if binary:
                 g = xp.concat([gb, gW[:, 0]]) if fi else gW[:, 0]
                 e = -solve_spd(
