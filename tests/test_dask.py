@@ -414,7 +414,12 @@ def test_kneighbors_and_score(client):
 
 
 def test_unsupported_fit_names_the_supported_estimators(client):
-    with pytest.raises(TypeError, match=r"SVC\.fit .*KMeans.*LogisticRegression"):
+    names = (
+        r"SVC\.fit .*BaggingClassifier.*KMeans.*KNeighborsClassifier.*Lasso.*"
+        r"LinearDiscriminantAnalysis.*LogisticRegression.*NearestNeighbors.*"
+        r"QuadraticDiscriminantAnalysis.*RandomForestRegressor"
+    )
+    with pytest.raises(TypeError, match=names):
         SVC().fit(_dask(X, 100), _dask(C2, 100))
     with pytest.raises(TypeError, match="solver='newton'"):
         LogisticRegression(solver="gd").fit(_dask(X, 100), _dask(C2, 100))
@@ -546,3 +551,9 @@ def test_worker_processes():
         np.testing.assert_array_equal(lr.predict(Xd).compute(), lr.predict(X))
         svc = SVC().fit(X, C2)
         np.testing.assert_array_equal(svc.predict(Xd).compute(), svc.predict(X))
+        cd = _dask(C3, CHUNKINGS["uneven"])
+        knn = KNeighborsClassifier(n_neighbors=3).fit(Xd, cd)
+        ref = KNeighborsClassifier(n_neighbors=3).fit(X, C3)
+        np.testing.assert_array_equal(knn.predict(X[:30]), ref.predict(X[:30]))
+        lda = LDA().fit(Xd, cd)
+        np.testing.assert_allclose(lda.coef_, LDA().fit(X, C3).coef_, atol=1e-10)

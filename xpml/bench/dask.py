@@ -2,7 +2,8 @@
 and beside single-machine xpml.
 
 For each estimator (KMeans with k-means|| initialisation, PCA, Newton
-LogisticRegression, LinearRegression) and each cluster size, xpml's dask fit is
+LogisticRegression, LinearRegression, LDA, QDA, Lasso, and exact k-NN fitted
+on dask then queried) and each cluster size, xpml's dask fit is
 timed against dask-ml's estimator on the same persisted dask array (where
 dask-ml has one and is installed; otherwise the case says so), and once against
 xpml on the same data as one NumPy array in this process. The note gives the
@@ -31,8 +32,12 @@ def _cluster(n_workers):
     in-process workers, for a machine too busy to start processes quickly)."""
     import os
 
+    import dask
     import distributed
 
+    # the transfer logs the byte counts come from keep 1000 entries by default:
+    # a long fit would push the first ones out (and the difference negative)
+    dask.config.set({"distributed.admin.low-level-log-length": 10**7})
     cluster = distributed.LocalCluster(
         n_workers=n_workers,
         threads_per_worker=1,
@@ -77,10 +82,34 @@ def _moved(client, fit, X):
     )
 
 
+class _FitQuery:
+    """Fit, then answer ``Q`` (NumPy, 1000 queries): a k-NN fit on dask keeps
+    the data on the cluster, so its work is in the queries."""
+
+    def __init__(self, est, Q):
+        self.est, self.Q = est, Q
+
+    def fit(self, X, y):
+        return self.est.fit(X, y).predict(self.Q)
+
+
+def _queries():
+    import numpy as np
+
+    return np.random.default_rng(1).standard_normal((1000, D))
+
+
 def _cases():
     from xpml.cluster import KMeans
     from xpml.decomposition import PCA
-    from xpml.linear_model import LinearRegression, LogisticRegression
+    from xpml.discriminant_analysis import (
+        LinearDiscriminantAnalysis,
+        QuadraticDiscriminantAnalysis,
+    )
+    from xpml.linear_model import Lasso, LinearRegression, LogisticRegression
+    from xpml.neighbors import KNeighborsClassifier
+
+    Q = _queries()
 
     def dml(module, name, **kw):
         def make():
@@ -108,6 +137,15 @@ def _cases():
             "y",
         ),
         ("LinearRegression", lambda: LinearRegression(), None, "y_reg"),
+        ("LDA svd", lambda: LinearDiscriminantAnalysis(), None, "y"),
+        ("QDA svd", lambda: QuadraticDiscriminantAnalysis(), None, "y"),
+        ("Lasso alpha=0.01", lambda: Lasso(alpha=0.01), None, "y_reg"),
+        (
+            "KNeighborsClassifier k=5 fit + 1000 queries",
+            lambda: _FitQuery(KNeighborsClassifier(n_neighbors=5), Q),
+            None,
+            "y",
+        ),
     ]
 
 
