@@ -123,7 +123,9 @@ def test_covariance_route_keeps_accuracy_with_a_large_mean(rng):
 def test_truncated_solver_errors(digits):
     with pytest.raises(ValueError, match="strictly less than.*'arpack'"):
         PCA(64, svd_solver="arpack").fit(digits)
-    with pytest.raises(ValueError, match="n_components=0.5 must be an int.*randomized"):
+    with pytest.raises(
+        ValueError, match=r"n_components=0.5 must be between 1 and min.*'randomized'"
+    ):
         PCA(0.5, svd_solver="randomized").fit(digits)
     assert PCA(svd_solver="arpack").fit(digits[:, :10]).n_components_ == 9
 
@@ -164,7 +166,9 @@ def test_transform_inverse_transform(digits, whiten):
 
 
 def test_pca_errors(digits):
-    with pytest.raises(ValueError, match="n_components=100 must be between 1 and"):
+    with pytest.raises(
+        ValueError, match=r"n_components=100 must be between 0 and min\(n_samples"
+    ):
         PCA(100).fit(digits[:50, :10])
     with pytest.raises(ValueError, match="1 sample"):
         PCA().fit(digits[:1])
@@ -229,3 +233,89 @@ def test_truncated_svd_fit_transform_is_transform(xp, digits, algorithm):
     np.testing.assert_allclose(
         xp.to_numpy(est.explained_variance_), Z.var(axis=0), rtol=1e-10
     )
+
+
+def _ppca_data(n=120, d=7, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3)) @ rng.standard_normal((3, d)) * 2.0
+    return X + 0.3 * rng.standard_normal((n, d)) + rng.standard_normal(d) * 5
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n_components": 3},
+        {"n_components": 3, "whiten": True},
+        {"n_components": 0, "svd_solver": "full"},
+        {"n_components": 7, "svd_solver": "full"},
+        {"n_components": 2, "svd_solver": "randomized", "random_state": 0},
+        {"n_components": 2, "svd_solver": "arpack"},
+    ],
+)
+def test_probabilistic_pca_equals_sklearn(xp, params):
+    """get_covariance / get_precision / score_samples / score: Tipping & Bishop's
+    model, scikit-learn's formulas (it inverts by the matrix inversion lemma,
+    xpml in closed form on the orthonormal components: equal to rounding)."""
+    from sklearn.decomposition import PCA as SK
+
+    X, Xt = _ppca_data(), _ppca_data(seed=1)
+    ref = SK(**params).fit(X)
+    est = PCA(**params).fit(xp.asarray(X))
+    C, P = est.get_covariance(), est.get_precision()
+    assert xp.is_native(C) and xp.is_native(P)
+    scale = np.abs(ref.get_precision()).max()
+    np.testing.assert_allclose(xp.to_numpy(C), ref.get_covariance(), atol=1e-10)
+    np.testing.assert_allclose(xp.to_numpy(P), ref.get_precision(), atol=1e-10 * scale)
+    ll = est.score_samples(xp.asarray(Xt))
+    assert xp.is_native(ll)
+    np.testing.assert_allclose(xp.to_numpy(ll), ref.score_samples(Xt), rtol=1e-10)
+    assert est.score(xp.asarray(Xt)) == pytest.approx(ref.score(Xt), rel=1e-10)
+
+
+def test_probabilistic_pca_without_noise_is_finite():
+    # all components kept: σ² = 0; fewer samples than features: a singular
+    # covariance, its density on the components' span (no division by zero)
+    X = _ppca_data(n=40, d=4)
+    with np.errstate(all="raise"):
+        full = PCA(4, svd_solver="full").fit(X)
+        assert full.noise_variance_ == 0 and np.isfinite(full.score(X))
+        np.testing.assert_allclose(
+            full.get_precision() @ full.get_covariance(), np.eye(4), atol=1e-8
+        )
+        wide = PCA(3, svd_solver="full").fit(X[:3].T)
+        assert wide.noise_variance_ == 0 and np.isfinite(wide.score(X[:3].T))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mle_chooses_k_like_sklearn(seed):
+    from sklearn.decomposition import PCA as SK
+
+    X = _ppca_data(n=200, d=8, seed=seed)
+    ours, ref = PCA("mle").fit(X), SK("mle").fit(X)
+    assert ours.n_components_ == ref.n_components_ == 3
+    np.testing.assert_allclose(ours.noise_variance_, ref.noise_variance_, rtol=1e-10)
+    with pytest.raises(ValueError, match="only supported if n_samples >= n_features"):
+        PCA("mle").fit(X[:5])
+    with pytest.raises(ValueError, match="cannot be a string with svd_solver='arpack'"):
+        PCA("mle", svd_solver="arpack").fit(X)
+
+
+@pytest.mark.parametrize("normalizer", ["auto", "QR", "LU", "none"])
+@pytest.mark.parametrize("algorithm", ["arpack", "randomized"])
+def test_truncated_svd_algorithms_equal_sklearn(digits, algorithm, normalizer):
+    from sklearn.decomposition import TruncatedSVD as SK
+
+    kw = {"algorithm": algorithm, "power_iteration_normalizer": normalizer}
+    ours = TruncatedSVD(8, n_iter=7, random_state=0, **kw).fit(digits)
+    ref = SK(8, n_iter=7, random_state=0, **kw).fit(digits)
+    # randomized: different random draws, the same converged leading triplets
+    rtol = 1e-10 if algorithm == "arpack" else 1e-4
+    np.testing.assert_allclose(ours.singular_values_, ref.singular_values_, rtol=rtol)
+    atol = 1e-8 if algorithm == "arpack" else 1e-3
+    _match_up_to_sign(ours.components_[:4], ref.components_[:4], atol)
+    with pytest.raises(ValueError, match="strictly less than"):
+        TruncatedSVD(64, algorithm="arpack").fit(digits)
+
+
+def test_feature_names_out():
+    assert PCA(2).fit(_ppca_data()).get_feature_names_out().tolist() == ["pca0", "pca1"]

@@ -549,8 +549,9 @@ BUDGETS = {
     "NearestNeighbors": (0, 0, 0, 0, 0),
     "NeuralNetClassifier": (27, 31, 0, 0, 32),
     "Nystroem": (2, 2, 0, 0, 2),
-    # the eigh, one read of the variances with the covariance's cancellation flag
-    "PCA": (2, 0, 0, 0, 2),
+    # the eigh, one read of the variances with the covariance's cancellation flag;
+    # prediction: transform (mean_, components_) + score_samples (+ explained_variance_)
+    "PCA": (2, 0, 0, 0, 5),
     "QuadraticDiscriminantAnalysis": (11, 4, 0, 0, 24),
     "RandomFourierFeatures": (0, 3, 0, 0, 2),
     "Ridge": (2, 0, 0, 0, 2),

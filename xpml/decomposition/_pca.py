@@ -14,9 +14,11 @@ Tropp (``algorithm="randomized"``).
 from __future__ import annotations
 
 import dataclasses
+from math import lgamma, log
 from numbers import Integral, Real
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from xpml._backend import enter, to_numpy
 from xpml._typing import Array, ArrayLike, Self
@@ -38,20 +40,66 @@ SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized", "arpack")
 NORMALIZERS = ("auto", "QR", "LU", "none")
 
 
-def _n_components_for(n_components, ratio_host, max_k):
-    """Resolve ``n_components``: None → all, an int, or the smallest ``k`` whose
-    cumulative explained-variance ratio reaches the fraction."""
+def _n_components_for(n_components, ev_host, n_samples):
+    """Resolve ``n_components`` of the full solvers (already checked): None →
+    all, an int, "mle" → Minka's choice, or the smallest ``k`` whose cumulative
+    explained-variance ratio exceeds the fraction."""
+    max_k = int(ev_host.shape[0])
     if n_components is None:
         return max_k
+    if n_components == "mle":
+        return _minka_rank(ev_host, n_samples)
     if isinstance(n_components, Integral):
-        if n_components > max_k:
-            raise ValueError(
-                f"n_components={n_components} must be between 1 and min(n_samples, "
-                f"n_features)={max_k}, or a float in (0, 1) for a variance fraction"
-            )
         return int(n_components)
-    cum = np.cumsum(ratio_host)
+    cum = np.cumsum(ev_host / ev_host.sum())
     return min(int(np.searchsorted(cum, n_components, side="right")) + 1, max_k)
+
+
+def _check_full_k(n_components, solver, shape):
+    """scikit-learn's checks of ``n_components`` for "full" / "covariance_eigh",
+    made before any work."""
+    n, d = shape
+    if n_components == "mle":
+        if n < d:
+            raise ValueError(
+                "n_components='mle' is only supported if n_samples >= n_features"
+            )
+    elif isinstance(n_components, Integral) and not 0 <= n_components <= min(n, d):
+        raise ValueError(
+            f"n_components={n_components} must be between 0 and min(n_samples, "
+            f"n_features)={min(n, d)} with svd_solver={solver!r}"
+        )
+
+
+def _minka_log_likelihood(spectrum, rank, n):
+    """Minka (2000), eq. 30: log-evidence of a rank-``rank`` signal in isotropic
+    noise, for the (host, decreasing) variances ``spectrum`` of ``n`` samples."""
+    d = spectrum.shape[0]
+    tiny = 1e-15
+    if spectrum[rank - 1] < tiny:  # a null direction kept: never the best
+        return -np.inf
+    i = np.arange(1, rank + 1)
+    p_u = -rank * log(2.0) + sum(lgamma((d - j + 1) / 2.0) for j in i)
+    p_u -= log(np.pi) * float(np.sum(d - i + 1)) / 2.0
+    p_l = -float(np.sum(np.log(spectrum[:rank]))) * n / 2.0
+    v = max(tiny, float(np.sum(spectrum[rank:])) / (d - rank))
+    p_v = -log(v) * n * (d - rank) / 2.0
+    m = d * rank - rank * (rank + 1.0) / 2.0
+    p_p = log(2.0 * np.pi) * (m + rank) / 2.0
+    held = np.where(np.arange(d) < rank, spectrum, v)  # the noise ones set to v
+    gap = spectrum[:rank, None] - spectrum[None, :]
+    inv_gap = 1.0 / held[None, :] - 1.0 / held[:rank, None]
+    upper = np.arange(d)[None, :] > np.arange(rank)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_a = float(np.sum(np.log(gap * inv_gap)[upper])) + upper.sum() * log(n)
+    return p_u + p_l + p_v + p_p - p_a / 2.0 - rank * log(n) / 2.0
+
+
+def _minka_rank(spectrum, n):
+    """The rank in ``[1, d − 1]`` of largest Minka evidence (0 never chosen)."""
+    d = spectrum.shape[0]
+    ll = [_minka_log_likelihood(spectrum, r, n) for r in range(1, d)]
+    return int(np.argmax(ll)) + 1 if ll else 0
 
 
 def _read_variances(ev, lost, /, *, xp):
@@ -73,7 +121,7 @@ def choose_svd_solver(svd_solver, shape, n_components):
     n, d = shape
     if d <= 1000 and n >= 10 * d:
         return "covariance_eigh"
-    if max(n, d) <= 500:
+    if max(n, d) <= 500 or n_components == "mle":
         return "full"
     k = min(n, d) if n_components is None else n_components
     if isinstance(k, Integral) and 1 <= k < 0.8 * min(n, d):
@@ -201,10 +249,15 @@ def _truncated_k(n_components, svd_solver, max_k):
     k = n_components
     if k is None:
         k = max_k - 1 if svd_solver == "arpack" else max_k
+    if isinstance(k, str):
+        raise ValueError(
+            f"n_components={k!r} cannot be a string with svd_solver={svd_solver!r}"
+        )
     if not isinstance(k, Integral) or not 1 <= k <= max_k:
         raise ValueError(
-            f"n_components={n_components!r} must be an int between 1 and "
-            f"min(n_samples, n_features)={max_k} with svd_solver={svd_solver!r}"
+            f"n_components={n_components!r} must be between 1 and "
+            f"min(n_samples, n_features)={max_k} with svd_solver={svd_solver!r} "
+            f"(an int)"
         )
     if svd_solver == "arpack" and k == max_k:
         raise ValueError(
@@ -212,6 +265,20 @@ def _truncated_k(n_components, svd_solver, max_k):
             f"n_features)={max_k} with svd_solver='arpack'"
         )
     return int(k)
+
+
+def _ppca_variances(ev, noise, whiten, /, *, xp):
+    """Probabilistic PCA's covariance is ``Wᵀ diag(a) W + σ² I`` (``W`` the
+    orthonormal ``components_``); ``a = max(ev − σ², 0)``, times ``ev`` when
+    whitening (scikit-learn scales the whitened components by ``√ev``)."""
+    diff = xp.where(ev > noise, ev - noise, xp.zeros_like(ev))
+    return diff * ev if whiten else diff
+
+
+def _safe_inverse(a, /, *, xp):
+    """``1/a`` where ``a > 0``, else 0 (the pseudo-inverse of ``diag(a)``)."""
+    positive = a > 0
+    return xp.where(positive, 1.0 / xp.where(positive, a, xp.ones_like(a)), 0.0 * a)
 
 
 class PCA(TransformerMixin, BaseEstimator):
@@ -292,8 +359,9 @@ class PCA(TransformerMixin, BaseEstimator):
         "iterated_power": [Options("auto"), Interval(Integral, 0, None, closed="left")],
         "n_components": [
             None,
-            Interval(Integral, 1, None, closed="left"),
+            Interval(Integral, 0, None, closed="left"),
             Interval(Real, 0, 1, closed="neither"),
+            Options("mle"),
         ],
         "n_oversamples": [Interval(Integral, 1, None, closed="left")],
         "power_iteration_normalizer": [Options(*NORMALIZERS)],
@@ -345,6 +413,8 @@ class PCA(TransformerMixin, BaseEstimator):
         solver = choose_svd_solver(self.svd_solver, (n, d), self.n_components)
         truncated = solver in ("randomized", "arpack")
         k = _truncated_k(self.n_components, solver, max_k) if truncated else None
+        if not truncated:
+            _check_full_k(self.n_components, solver, (n, d))
         mean = xp.mean(X, axis=0)
         params = self._randomized_params(k, max_k)
         ev, s, Vt, lost = _SOLVE[solver](X, mean, k, params, xp=xp)
@@ -359,7 +429,7 @@ class PCA(TransformerMixin, BaseEstimator):
                 )
                 host = _read_variances(ev, None, xp=xp)
             ev_host = host[:-1]
-            k = _n_components_for(self.n_components, ev_host / ev_host.sum(), max_k)
+            k = _n_components_for(self.n_components, ev_host, n)
             rest = float(np.mean(ev_host[k:])) if k < max_k else 0.0
             total = xp.sum(ev)
         _, Vt = svd_flip(None, Vt, xp=xp)
@@ -413,6 +483,69 @@ class PCA(TransformerMixin, BaseEstimator):
             Z = Z * xp.sqrt(ctx.take(self.explained_variance_))[None, :]
         return ctx.out(Z @ ctx.take(self.components_) + ctx.take(self.mean_))
 
+    # ------------------------------------------- probabilistic PCA (Tipping & Bishop)
+    def _model(self, take):
+        """``(W, a, σ²)`` of the generative covariance ``Wᵀ diag(a) W + σ² I``,
+        arrays through ``take`` (a context's, or the identity)."""
+        W = take(self.components_)
+        xp = array_namespace(W)
+        noise = float(self.noise_variance_)
+        a = _ppca_variances(take(self.explained_variance_), noise, self.whiten, xp=xp)
+        return W, a, noise, xp
+
+    def get_covariance(self) -> Array:
+        """The data covariance of the generative model, ``Wᵀ diag(a) W + σ² I``
+        (``a = explained_variance_ − σ²`` clipped at 0; ``σ² = noise_variance_``),
+        in the fitted arrays' library."""
+        check_is_fitted(self)
+        W, a, noise, xp = self._model(lambda x: x)
+        eye = xp.eye(W.shape[1], dtype=W.dtype, device=device(W))
+        return (W.T * a[None, :]) @ W + noise * eye
+
+    def get_precision(self) -> Array:
+        """The inverse of :meth:`get_covariance` in closed form (``W`` has
+        orthonormal rows): ``I/σ² + Wᵀ diag(1/(a + σ²) − 1/σ²) W``; no
+        factorisation. With ``σ² = 0`` the pseudo-inverse ``Wᵀ diag(1/a) W``."""
+        check_is_fitted(self)
+        W, a, noise, xp = self._model(lambda x: x)
+        if noise == 0.0:
+            return (W.T * _safe_inverse(a, xp=xp)[None, :]) @ W
+        eye = xp.eye(W.shape[1], dtype=W.dtype, device=device(W))
+        return eye / noise + (W.T * (1.0 / (a + noise) - 1.0 / noise)[None, :]) @ W
+
+    def _log_likelihood(self, X):
+        ctx, X = self._validate_predict_data(X)
+        W, a, noise, xp = self._model(ctx.take)
+        Xr = X - ctx.take(self.mean_)
+        Z2 = (Xr @ W.T) ** 2
+        d, k = int(X.shape[1]), int(W.shape[0])
+        if noise == 0.0:  # degenerate: the density on the span of the components
+            quad = Z2 @ _safe_inverse(a, xp=xp)
+            logdet = xp.sum(xp.log(xp.where(a > 0, a, xp.ones_like(a))))
+        else:
+            quad = xp.sum(Xr * Xr, axis=1) / noise + Z2 @ (
+                1.0 / (a + noise) - 1.0 / noise
+            )
+            logdet = xp.sum(xp.log(a + noise)) + (d - k) * log(noise)
+        return ctx, -0.5 * quad - 0.5 * (d * log(2.0 * np.pi) + logdet)
+
+    def score_samples(self, X: ArrayLike) -> Array:
+        """Log-likelihood of each sample under probabilistic PCA (Tipping &
+        Bishop 1999; Bishop, *PRML* §12.2.1): ``N(x̄, get_covariance())``."""
+        ctx, ll = self._log_likelihood(X)
+        return ctx.out(ll)
+
+    def score(self, X: ArrayLike, y: ArrayLike | None = None) -> float:
+        """Average log-likelihood of the samples (:meth:`score_samples`)."""
+        ctx, ll = self._log_likelihood(X)
+        return float(ctx.xp.mean(ll))
+
+    def get_feature_names_out(self, input_features=None):
+        """``pca0``, ``pca1``, ... one per component."""
+        from xpml.kernel_approximation import _class_prefix_names
+
+        return _class_prefix_names(self, "components_")
+
 
 class TruncatedSVD(TransformerMixin, BaseEstimator):
     """Rank-k SVD of uncentred data (latent semantic analysis).
@@ -420,13 +553,22 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     n_components : int, default=2
-    algorithm : {"randomized", "full"}, default="randomized"
+    algorithm : {"randomized", "arpack", "full"}, default="randomized"
         "full": the exact thin SVD. "randomized": Halko et al.'s range finder
         with ``n_iter`` power iterations and ``n_oversamples`` extra columns
         (random draws on the host, so every backend gets the same answer).
+        "arpack": the array API has no ARPACK; served by the exact thin SVD
+        truncated to ``n_components`` (ARPACK's converged answer, at ``tol=0``
+        to rounding), with ARPACK's constraint ``n_components < min(n, d)``.
     n_iter : int, default=5
     n_oversamples : int, default=10
+    power_iteration_normalizer : {"auto", "QR", "LU", "none"}, default="auto"
+        Normalisation between the power iterations of "randomized"; "auto":
+        "none" for at most 2 iterations, else "LU". The array API has no LU:
+        "LU" uses QR (the same subspace, hence the same answer to rounding).
     random_state : int, Generator or None
+    tol : float >= 0, default=0.0
+        ARPACK's tolerance; unused (the "arpack" answer is exact).
 
     Attributes
     ----------
@@ -457,11 +599,13 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "algorithm": [Options("randomized", "full")],
+        "algorithm": [Options("randomized", "arpack", "full")],
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "n_iter": [Interval(Integral, 0, None, closed="left")],
         "n_oversamples": [Interval(Integral, 0, None, closed="left")],
+        "power_iteration_normalizer": [Options(*NORMALIZERS)],
         "random_state": ["random_state"],
+        "tol": [Interval(Real, 0, None, closed="left")],
     }
     _xpml_tags = {"data": "unsupervised", "test_params": {"random_state": 0}}
 
@@ -472,13 +616,17 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
         algorithm="randomized",
         n_iter=5,
         n_oversamples=10,
+        power_iteration_normalizer="auto",
         random_state=None,
+        tol=0.0,
     ):
         self.n_components = n_components
         self.algorithm = algorithm
         self.n_iter = n_iter
         self.n_oversamples = n_oversamples
+        self.power_iteration_normalizer = power_iteration_normalizer
         self.random_state = random_state
+        self.tol = tol
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Compute the rank-``n_components`` SVD; returns self."""
@@ -502,19 +650,33 @@ class TruncatedSVD(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"n_components={k} must be at most n_features={d} for TruncatedSVD"
             )
-        if self.algorithm == "full":
+        exact = self.algorithm != "randomized"
+        if self.algorithm == "arpack" and k >= min(n, d):
+            raise ValueError(
+                f"n_components={k} must be strictly less than min(n_samples, "
+                f"n_features)={min(n, d)} with algorithm='arpack'"
+            )
+        if exact:
             U, s, Vt = xp.linalg.svd(X, full_matrices=False)
         else:
+            normalizer = self.power_iteration_normalizer
+            if normalizer == "auto":
+                normalizer = "none" if self.n_iter <= 2 else "LU"
             rng = check_random_state(self.random_state)
             size = min(k + self.n_oversamples, n, d)
-            params = _RandomizedParams(self.n_oversamples, self.n_iter, "QR", rng)
+            params = _RandomizedParams(
+                self.n_oversamples,
+                self.n_iter,
+                "QR" if normalizer == "LU" else normalizer,
+                rng,
+            )
             Q = randomized_range(X, size, params, xp=xp)
             Ub, s, Vt = xp.linalg.svd(Q.T @ X, full_matrices=False)
             U = Q @ Ub
         U, Vt = svd_flip(U[:, :k], Vt[:k, :], xp=xp)
         s = s[:k]
         # randomized: U_k D_k = Q Qᵀ X V_k ≠ X V_k; scikit-learn returns X V_k
-        Z = U * s[None, :] if self.algorithm == "full" else X @ Vt.T
+        Z = U * s[None, :] if exact else X @ Vt.T
         ev = xp.var(Z, axis=0)
         self.components_ = Vt
         self.singular_values_ = s
