@@ -394,7 +394,6 @@ class KernelRows:
         self.q = max(2, min(q, n, fit_rows // 5))
         self.chunk = min(_CHUNK, self.q)
         self.peak_bytes = self.computed_rows = self.hits = 0
-        self.scratch = None  # NumPy's gather block (_product_numpy)
         self._set_columns(X)
 
     def _set_columns(self, X):
@@ -601,7 +600,7 @@ class KernelRows:
         self._set_columns(self.X_full)
 
     def release(self):
-        self.buf = self.scratch = None
+        self.buf = None
 
 
 class PrecomputedRows(KernelRows):
@@ -617,7 +616,6 @@ class PrecomputedRows(KernelRows):
         self.row_bytes = 0
         self.size = 0
         self.peak_bytes = self.computed_rows = self.hits = 0
-        self.scratch = None  # NumPy's gather block (_product_numpy)
 
     def plan(self, B):
         self.hits += len(B)
@@ -943,29 +941,10 @@ def _solve_block_numpy(prob, rows, ws, limits, /, *, xp):
         return prob.alpha, prob.v, B, steps
     d = yB * (aB_new - aB)
     moved = np.flatnonzero(d)
-    v = prob.v - _product_numpy(rows, rows.fetch(B[moved]), d[moved])
+    v = prob.v - rows.product(rows.fetch(B[moved]), d[moved])
     alpha = prob.alpha.copy()
     alpha[B] = aB_new
     return alpha, v, B, steps
-
-
-def _product_numpy(rows, slots, d):
-    """NumPy's ``K[B, :]ᵀ d``: the cached rows are gathered chunk by chunk
-    into one scratch block kept for the fit (a fresh gather each time would
-    allocate, and first touch, new pages: most of a cold call's extra cost)."""
-    n, chunk, buf = rows.n, rows.chunk, rows.buf
-    scratch = rows.scratch
-    if scratch is None or scratch.shape[0] < chunk * n or scratch.dtype != buf.dtype:
-        scratch = rows.scratch = np.empty(chunk * n, dtype=buf.dtype)
-    out = np.zeros(n, dtype=d.dtype)
-    m = slots.shape[0]
-    for c in range(0, m, chunk):
-        e = min(c + chunk, m)
-        block = scratch[: (e - c) * n].reshape(e - c, n)
-        np.take(buf, slots[c:e], axis=0, out=block)
-        rows._note(2 * (e - c))
-        out += d[c:e] @ block.astype(d.dtype, copy=False)
-    return out
 
 
 def _first(mask, count, *, xp):
