@@ -5,6 +5,7 @@ import pytest
 
 from xpml.utils.validation import (
     check_array,
+    check_consistent_length,
     check_random_state,
     check_sample_weight,
     encode_labels,
@@ -28,6 +29,21 @@ def test_check_array_messages(xp):
         check_array(xp.asarray(np.ones((0, 2))), xp=ns)
     with pytest.raises(ValueError, match="0 feature"):
         check_array(xp.asarray(np.ones((2, 0))), xp=ns)
+    with pytest.raises(ValueError, match="Found array with dim 3, expected 2-D: X"):
+        check_array(xp.asarray(np.ones((2, 2, 2))), xp=ns)
+
+
+def test_scikit_learn_wording_of_shape_errors():
+    # scikit-learn's own tests match these phrases; xpml's explanation follows
+    with pytest.raises(TypeError, match=r"at least 1 dimension .* `array\(0\.\)`"):
+        check_consistent_length(np.ones(3), np.array(0), names=("X", "sample_weight"))
+    for w in (np.ones((3, 1)), np.ones((1, 3))):
+        with pytest.raises(
+            ValueError, match="Sample weights must be 1D array or scalar"
+        ):
+            check_consistent_length(np.ones((3, 2)), w, names=("X", "sample_weight"))
+    with pytest.raises(ValueError, match="Sample weights must be 1D array or scalar"):
+        check_sample_weight(np.ones((3, 1)), 3, xp=None, dtype=np.float64)
 
 
 def test_complex_and_strings():

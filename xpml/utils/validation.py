@@ -235,7 +235,8 @@ def check_array(
             )
         want = " or ".join(f"{d}-D" for d in allowed)
         raise ValueError(
-            f"{name} must be a {want} array; got {len(shape)}-D with shape {shape}"
+            f"Found array with dim {len(shape)}, expected {want}: {name} must be a "
+            f"{want} array; got {len(shape)}-D with shape {shape}"
         )
     if xp is None:
         xp = array_api_compat.array_namespace(X)
