@@ -67,7 +67,7 @@ def test_kmeans_weights_and_empty_cluster_equal_sklearn(rng):
     assert len(np.unique(ours.labels_)) == 3
 
 
-@pytest.mark.parametrize("init", ["k-means++", "forgy", "random-partition"])
+@pytest.mark.parametrize("init", ["k-means++", "random", "forgy", "random-partition"])
 def test_restarts_reach_sklearn_inertia_on_digits(digits, init):
     from sklearn.cluster import KMeans as SK
 
@@ -80,6 +80,49 @@ def test_restarts_reach_sklearn_inertia_on_digits(digits, init):
     # inertia_ is the objective of the returned labels and centres
     resid = digits - ours.cluster_centers_[ours.labels_]
     np.testing.assert_allclose(ours.inertia_, np.sum(resid**2), rtol=1e-10)
+
+
+def test_random_init_draws_rows_by_weight_as_sklearn(rng):
+    """init="random" (scikit-learn's): k distinct rows, drawn ∝ weight. With only
+    k rows of positive weight those rows are the centres, in both libraries."""
+    from sklearn.cluster import KMeans as SK
+
+    X = rng.normal(size=(60, 3))
+    w = np.zeros(60)
+    w[[4, 17, 40]] = [1.0, 2.0, 0.5]
+    for seed in (0, 1, 2):
+        ours = KMeans(3, init="random", n_init=1, random_state=seed)
+        ours.fit(X, sample_weight=w)
+        ref = SK(3, init="random", n_init=1, random_state=seed).fit(X, sample_weight=w)
+        order = np.lexsort(ours.cluster_centers_.T)
+        ref_order = np.lexsort(ref.cluster_centers_.T)
+        np.testing.assert_allclose(
+            ours.cluster_centers_[order], X[[4, 17, 40]][np.lexsort(X[[4, 17, 40]].T)]
+        )
+        np.testing.assert_allclose(
+            ours.cluster_centers_[order], ref.cluster_centers_[ref_order], atol=1e-12
+        )
+    assert KMeans(3, init="random")._n_runs(False) == 10  # scikit-learn's "auto"
+
+
+def test_callable_init_equals_sklearn(digits):
+    from sklearn.cluster import KMeans as SK
+
+    seen = []
+
+    def first_rows(X, n_clusters, random_state):
+        seen.append((type(X), type(random_state)))
+        return X[5 : 5 + n_clusters] + 0.5
+
+    ours = KMeans(6, init=first_rows, n_init=2, random_state=0).fit(digits)
+    ref = SK(6, init=first_rows, n_init=2, random_state=0).fit(digits)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    np.testing.assert_allclose(ours.inertia_, ref.inertia_, rtol=1e-10)
+    # called once per run with the NumPy data and the fit's Generator
+    assert seen[:2] == [(np.ndarray, np.random.Generator)] * 2
+    with pytest.raises(ValueError, match=r"centres init returned has shape \(2, 64\)"):
+        KMeans(6, init=lambda X, k, random_state: X[:2]).fit(digits)
 
 
 def test_tie_keeps_previous_cluster():
@@ -106,7 +149,7 @@ def test_kmeans_errors(rng):
         KMeans(2, init="kmeans").fit(X)
 
 
-@pytest.mark.parametrize("init", ["k-means++", "forgy", "random-partition"])
+@pytest.mark.parametrize("init", ["k-means++", "random", "forgy", "random-partition"])
 def test_kmeans_backends_give_numpy_results(xp, digits, init):
     X = digits[:400]
     ref = KMeans(5, init=init, n_init=2, random_state=0).fit(X)

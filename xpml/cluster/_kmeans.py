@@ -42,7 +42,7 @@ from xpml.utils.validation import check_random_state
 
 __all__ = ["KMeans"]
 
-INITS = ("k-means++", "forgy", "random-partition")
+INITS = ("k-means++", "random", "forgy", "random-partition")
 
 
 # ----------------------------------------------------------------- helpers
@@ -328,9 +328,19 @@ def _init_random_partition(data, k, rng, /, *, xp):
     return C
 
 
+def _init_random(data, k, w_host, rng, /, *, xp):
+    """scikit-learn's "random": ``k`` distinct rows drawn with probability
+    proportional to their weight."""
+    n = data.X.shape[0]
+    idx = rng.choice(n, size=k, replace=False, p=w_host / w_host.sum())
+    return xp.take(data.X, xp.asarray(idx, device=device(data.X)), axis=0)
+
+
 def _init_centres(data, k, init, w_host, rng, /, *, xp):
     if init == "k-means++":
         return _init_kmeanspp(data, k, w_host, rng, xp=xp)
+    if init == "random":
+        return _init_random(data, k, w_host, rng, xp=xp)
     if init == "forgy":
         n = data.X.shape[0]
         idx = xp.asarray(rng.choice(n, size=k, replace=False), device=device(data.X))
@@ -344,13 +354,18 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     Parameters
     ----------
     n_clusters : int, default=8
-    init : {"k-means++", "forgy", "random-partition"} or array (n_clusters, n_features)
-        "k-means++": greedy D² sampling (scikit-learn's); "forgy": ``k``
-        distinct data points; "random-partition": centres of a uniformly random
-        partition; an array: these centres (one run).
+    init : {"k-means++", "random", "forgy", "random-partition"}, callable or \
+array (n_clusters, n_features)
+        "k-means++": greedy D² sampling (scikit-learn's); "random": ``k``
+        distinct data points drawn with probability proportional to their
+        weight (scikit-learn's); "forgy": ``k`` distinct data points, uniformly;
+        "random-partition": centres of a uniformly random partition; a callable:
+        ``init(X, n_clusters, random_state=rng)`` on the NumPy copy of ``X``
+        with this fit's ``numpy.random.Generator``, returning the centres (once
+        per run); an array: these centres (one run).
     n_init : int or "auto", default="auto"
         Runs from different initialisations; the lowest inertia wins. "auto":
-        1 for k-means++ and given centres, 10 otherwise.
+        1 for k-means++ and given centres, 10 otherwise (scikit-learn's).
     max_iter : int, default=300
     tol : float, default=1e-4
         Stop when the squared centre shift is at most ``tol`` times the mean
@@ -399,7 +414,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     _distance_based = True
     _parameter_constraints = {
         "algorithm": [Options("lloyd", "elkan")],
-        "init": [Options(*INITS), "array-like"],
+        "init": [Options(*INITS), callable, "array-like"],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "memory_budget": [None, Interval(Real, 0, None, closed="neither")],
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
@@ -468,16 +483,27 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _given_centres(self, X, ctx):
         """``init`` as an array of centres on the compute device, or None."""
-        if isinstance(self.init, str):
+        if isinstance(self.init, str) or callable(self.init):
             return None
+        return self._centres_on_device(self.init, X, ctx, "init array")
+
+    def _centres_on_device(self, centres, X, ctx, what):
         k, d = self.n_clusters, X.shape[1]
-        C0 = ctx.xp.asarray(to_numpy(self.init), dtype=X.dtype, device=ctx.device)
+        C0 = ctx.xp.asarray(to_numpy(centres), dtype=X.dtype, device=ctx.device)
         if tuple(C0.shape) != (k, d):
             raise ValueError(
-                f"init array has shape {tuple(C0.shape)}; it must be (n_clusters, "
+                f"{what} has shape {tuple(C0.shape)}; it must be (n_clusters, "
                 f"n_features) = {(k, d)}"
             )
         return C0
+
+    def _init_run(self, data, w_host, rng, ctx):
+        """Initial centres of one run (``init`` a string or a callable)."""
+        if callable(self.init):
+            X_host = to_numpy(data.X)
+            C = self.init(X_host, self.n_clusters, random_state=rng)
+            return self._centres_on_device(C, data.X, ctx, "the centres init returned")
+        return _init_centres(data, self.n_clusters, self.init, w_host, rng, xp=ctx.xp)
 
     def _n_runs(self, given):
         if given:
@@ -491,13 +517,13 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         xp = ctx.xp
         rng = check_random_state(self.random_state)
         w_host = None
-        if C0 is None and self.init == "k-means++":
+        if C0 is None and self.init in ("k-means++", "random"):
             w_host = to_numpy(data.w).astype(np.float64)
         best = None
         for _ in range(self._n_runs(C0 is not None)):
             C = C0
             if C is None:
-                C = _init_centres(data, self.n_clusters, self.init, w_host, rng, xp=xp)
+                C = self._init_run(data, w_host, rng, ctx)
             run = _lloyd(data, C, self.max_iter, tol, xp=xp)
             if best is None or run[2] < best[2]:
                 best = run
