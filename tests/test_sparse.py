@@ -171,7 +171,7 @@ def test_over_budget_error_names_argument_shape_size_budget(monkeypatch):
         r"X is a SciPy sparse csr_matrix of shape \(60, 8\).*needs 3\.8 KiB "
         r"\(float64\).*memory budget of 1\.0 KiB.*XPML_MEMORY_BUDGET.*MultinomialNB"
     )
-    for est in (GaussianNB(), KMeans(n_clusters=2), PCA(n_components=2)):
+    for est in (GaussianNB(), KMeans(n_clusters=2), PCA(n_components=2), Ridge()):
         with pytest.raises(ValueError, match=pattern):
             est.fit(sp.csr_matrix(X), y)
     fitted = GaussianNB().fit(X, y)

@@ -30,6 +30,7 @@ from xpml.utils._math import (
     softmax,
     spd_solve,
 )
+from xpml.utils.validation import dense_from_sparse
 
 __all__ = [
     "class_weight_factors",
@@ -284,19 +285,18 @@ def class_weight_factors(class_weight, classes, codes, /, *, xp, dtype):
 class SklearnInputMixin:
     """Input conventions of scikit-learn's linear models, before xpml's checks.
 
-    * A SciPy sparse ``X`` (NumPy backend only: SciPy's matrices are host
-      arrays) is densified on the way in; the linear models here need only
-      the products ``XᵀX`` and ``Xw``, which give the same values dense.
-      Sparse arrays of other libraries are refused by the usual validation,
-      which names the argument.
+    * A SciPy sparse ``X`` is densified on the way in, within the memory
+      budget (xpml's one policy: :func:`xpml.utils.validation.dense_from_sparse`);
+      the linear models here need only the products ``XᵀX`` and ``Xw``, which
+      give the same values dense.
     * A scalar ``sample_weight`` weighs every sample by that number.
     """
 
     _accepts_sparse = True  # scikit-learn's input tag: sparse X is fitted
 
     def _validate_fit_data(self, X, y=None, sample_weight=None, **kwargs):
-        if _is_scipy_sparse(X):
-            X = X.toarray()
+        if _is_scipy_sparse(X):  # xpml's one sparse policy: within the budget
+            X = dense_from_sparse(X, "X")
         scale = _scalar_weight(sample_weight)
         if scale is not None:
             sample_weight = None
@@ -307,7 +307,7 @@ class SklearnInputMixin:
 
     def _validate_predict_data(self, X, *args, **kwargs):
         if _is_scipy_sparse(X):
-            X = X.toarray()
+            X = dense_from_sparse(X, "X")
         return super()._validate_predict_data(X, *args, **kwargs)
 
 
