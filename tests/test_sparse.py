@@ -22,7 +22,7 @@ from xpml.naive_bayes import BernoulliNB, GaussianNB, MultinomialNB
 from xpml.neighbors import KNeighborsClassifier
 from xpml.svm import SVC
 from xpml.tree import DecisionTreeClassifier
-from xpml.utils.validation import dense_from_sparse, is_sparse
+from xpml.utils.validation import check_array, dense_from_sparse, is_sparse
 
 FORMATS = ("csr", "csc", "coo", "lil", "dok", "bsr", "dia")
 CONTAINERS = [
@@ -226,3 +226,14 @@ def test_other_backends_densify(name, Estimator):
         got = getattr(est, method)(sp.csr_matrix(X))
     assert isinstance(got, np.ndarray)  # results come back in the caller's library
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=1e-12)
+
+
+def test_other_libraries_sparse_arrays_are_refused_by_name():
+    class OtherSparse:  # stands for pydata.sparse / a CuPy sparse matrix
+        shape = (2, 2)
+
+        def tocsr(self):  # pragma: no cover - never called
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="converts SciPy sparse matrices only"):
+        check_array(OtherSparse(), xp=None)

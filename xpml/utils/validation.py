@@ -56,9 +56,7 @@ __all__ = [
 
 def is_sparse(x):
     """True for a SciPy sparse matrix or array (any format)."""
-    return type(x).__module__.startswith("scipy.sparse") or (
-        hasattr(x, "tocsr") and hasattr(x, "nnz")
-    )
+    return type(x).__module__.startswith("scipy.sparse")
 
 
 _is_sparse = is_sparse
@@ -161,6 +159,12 @@ def _host_prepare(x, name):
     """Reject what no backend accepts, and make array-likes into NumPy arrays."""
     if is_sparse(x):
         x = dense_from_sparse(x, name)
+    elif hasattr(x, "tocsr"):  # another library's sparse array (pydata sparse ...)
+        raise TypeError(
+            f"{name} is a sparse {type(x).__module__}.{type(x).__name__}; xpml "
+            f"converts SciPy sparse matrices only. Pass a dense array or a SciPy "
+            f"sparse matrix."
+        )
     if not array_api_compat.is_array_api_obj(x) or isinstance(x, (numbers.Number,)):
         try:
             x = np.asarray(x)
