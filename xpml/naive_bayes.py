@@ -109,6 +109,8 @@ def _masked_log_matmul(A, L, /, *, xp):
     if is_sparse(A):  # SciPy's sparse-dense products give dense NumPy arrays
         finite = np.isfinite(L)
         out = np.asarray(A @ np.where(finite, L, 0.0).T)
+        if finite.all():  # the usual alpha > 0: no −∞ to place (host array)
+            return out
         hits = np.asarray((A > 0).astype(A.dtype) @ (~finite).astype(A.dtype).T)
         return np.where(hits > 0, -np.inf, out)
     finite = xp.isfinite(L)
@@ -126,6 +128,8 @@ def _complement_log_matmul(X, L, /, *, xp):
     finite = np.isfinite(L)
     Lf, inf = np.where(finite, L, 0.0), (~finite).astype(X.dtype)
     out = np.sum(Lf, axis=1)[None, :] - np.asarray(X @ Lf.T)
+    if finite.all():
+        return out
     at_least_one = (X >= 1).astype(X.dtype)  # sparse: 0 >= 1 is False
     hits = np.sum(inf, axis=1)[None, :] - np.asarray(at_least_one @ inf.T)
     return np.where(hits > 0, -np.inf, out)
