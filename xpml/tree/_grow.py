@@ -40,7 +40,15 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.utils._array_api import device, eps, is_numpy_namespace, itemsize
+from xpml.utils._array_api import (
+    device,
+    dispatch,
+    eps,
+    fast_path,
+    is_numpy_namespace,
+    itemsize,
+    portable,
+)
 from xpml.utils._array_api import memory_budget as _memory_budget
 
 __all__ = [
@@ -57,6 +65,9 @@ FEATURE_THRESHOLD = 1e-7  # scikit-learn's: neighbours closer than this are not 
 # (nodes, features, L) work arrays alive at once in the split search: the
 # memory budget divided by this (and the itemsize) bounds one block's size
 _LIVE_WORK_ARRAYS = 16
+# elements of one work array per chunk of features on a host library: about
+# half a megabyte of float64, so the split search's array passes run in cache
+_HOST_WORK_ELEMENTS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +237,7 @@ class _Entries:
     valid: Any
     mean: Any
     u: Any = None  # (nb, d) uniforms of the random splitter, or None
+    chan: Any = None  # (C, nb·L) per-entry channels of the split search
 
 
 # ------------------------------------------------------------------- growth
@@ -406,18 +418,19 @@ def _block_round(g, level, blk, F, U):
     cols += [] if U is None else [U]
     aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
     ent = _gather_block(g, level, aux, blk.L, blk.ids)
+    ent = dataclasses.replace(ent, chan=_channels(g, ent))
     if U is not None:
         u = xp.astype(aux[:, int(aux.shape[1]) - g.d :], g.Xflat.dtype) * 2.0**-53
         ent = dataclasses.replace(ent, u=u)
     nb = len(blk.ids)
     if F is None:  # every feature, searched in chunks that fit the budget
         Fd = xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d))
-        vals, extra, chunk = None, [], max(1, g.budget // (nb * blk.L))
+        vals, extra = None, []
     else:
         Fd = aux[:, 2 : 2 + g.m]
         vals, const = _gather_features(g, ent, Fd)
-        extra, chunk = [xp.astype(const, g.Xflat.dtype)], g.m
-    score, feat, p, thr = _best_split(g, ent, Fd, vals, chunk)
+        extra = [xp.astype(const, g.Xflat.dtype)]
+    score, feat, p, thr = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
     rs, rw, cols = _children_stats(g, ent, feat, p)
     dtype = g.Xflat.dtype
     head = xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype), thr], axis=1)
@@ -509,14 +522,32 @@ def _xlogx(c, xp):
     return c * xp.log(xp.where(c > 0, c, xp.ones_like(c)))
 
 
+def _chunk(g, row):
+    """Features searched together in a block whose nodes hold ``row`` entries
+    in all: the work arrays fit the memory budget, and on a host library
+    (NumPy) stay about cache-sized, as each array pass is memory-bound there
+    (the same splits: chunks only change how the search is cut)."""
+    cap = g.budget
+    if is_numpy_namespace(g.xp):
+        cap = min(cap, _HOST_WORK_ELEMENTS)
+    return max(1, cap // max(1, row))
+
+
 def _best_split(g, ent, F, vals, chunk):
     """:func:`_search` over the candidate features ``F`` (nb, f) in chunks of
-    ``chunk``, keeping the first best (ties go to the earlier feature)."""
+    ``chunk``, keeping the first best (ties go to the earlier feature).
+    ``vals`` (nb·f·L,), when given, holds the features' values at the entries."""
     xp = g.xp
+    nb, L = ent.sids.shape
     m = int(F.shape[1])
+    v3 = None if vals is None else xp.reshape(vals, (nb, m, L))
     best = None
     for a in range(0, m, chunk):
-        res = _search(g, ent, F[:, a : min(m, a + chunk)], vals)
+        b = min(m, a + chunk)
+        vc = None
+        if v3 is not None:
+            vc = vals if b - a == m else xp.reshape(v3[:, a:b, :], (-1,))
+        res = _search(g, ent, F[:, a:b], vc)
         if best is None:
             best = res
         else:
@@ -525,9 +556,30 @@ def _best_split(g, ent, F, vals, chunk):
     return best
 
 
+def _channels(g, ent):
+    """Per-entry quantities the split search accumulates, one row each of a
+    (C, nb·L) array: the weight ``w``, then ``w·[y = k]`` for the classes but
+    the last (classification) or ``w·(y − ȳ_node)`` (regression). Formed once
+    per block at the node entries, then gathered in sorted order in one take."""
+    xp = g.xp
+    nb, L = ent.sids.shape
+    ws = xp.reshape(ent.ws, (-1,))
+    ys = xp.take(g.y, xp.reshape(ent.sids, (-1,)))
+    if g.params.classification:
+        zero = xp.zeros_like(ws)
+        rows = [ws] + [
+            xp.where(ys == k, ws, zero) for k in range(g.params.n_classes - 1)
+        ]
+    else:
+        yc = xp.reshape(ys, (nb, L)) - ent.mean[:, None]
+        rows = [ws, ws * xp.reshape(yc, (-1,))]
+    return xp.stack(rows)
+
+
 def _sorted_columns(g, ent, F, vals):
-    """Values, sample ids and weights of features ``F`` (nb, f), each row
-    sorted by value: three (nb, f, L) arrays."""
+    """Values of features ``F`` (nb, f), each row sorted by value (nb, f, L),
+    and the block's channels (:func:`_channels`) in the same order:
+    (C, nb, f, L)."""
     xp = g.xp
     nb, L = ent.sids.shape
     f = int(F.shape[1])
@@ -544,23 +596,21 @@ def _sorted_columns(g, ent, F, vals):
     )
     nrow = xp.arange(nb, dtype=perm.dtype, device=dev) * L
     flat = xp.reshape(perm + xp.reshape(nrow, (nb, 1, 1)), (-1,))
-    ss = xp.reshape(xp.take(xp.reshape(ent.sids, (-1,)), flat), (nb, f, L))
-    wsr = xp.reshape(xp.take(xp.reshape(ent.ws, (-1,)), flat), (nb, f, L))
-    return xs, ss, wsr
+    chans = xp.take(ent.chan, flat, axis=1)
+    return xs, xp.reshape(chans, (int(chans.shape[0]), nb, f, L))
 
 
-def _class_scores(g, ss, wsr, wlr):
+def _class_scores(g, cum, wlr):
     """Gini / entropy proxy at every position (maximised): Σ_k c_Lk²/W_L +
-    Σ_k c_Rk²/W_R, or Σ c log c − W log W over both children."""
+    Σ_k c_Rk²/W_R, or Σ c log c − W log W over both children; ``cum`` holds
+    the cumulative class weights ``c_Lk`` of every class but the last."""
     xp, params = g.xp, g.params
     wl, wr = wlr
-    yk = xp.reshape(xp.take(g.y, xp.reshape(ss, (-1,))), ss.shape)
-    zero = xp.zeros_like(wsr)
     acc_l = acc_r = None
     rest_l, rest_r = wl, wr
     for k in range(params.n_classes):
         if k < params.n_classes - 1:
-            ck = xp.cumulative_sum(xp.where(yk == k, wsr, zero), axis=-1)
+            ck = cum[k, ...]
             rk = ck[..., -1:] - ck
             rest_l, rest_r = rest_l - ck, rest_r - rk
         else:  # the last class's counts are what the others leave
@@ -577,15 +627,11 @@ def _class_scores(g, ss, wsr, wlr):
     return acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
 
 
-def _sse_scores(g, ss, wsr, wlr, mean):
-    """Variance proxy (maximised): S_L²/W_L + S_R²/W_R, ``S`` the cumulative
+def _sse_scores(g, s1, wlr):
+    """Variance proxy (maximised): S_L²/W_L + S_R²/W_R, ``s1`` the cumulative
     weighted sums of ``y − ȳ_node`` (centred per node: no cancellation)."""
     xp = g.xp
     wl, wr = wlr
-    nb = int(ss.shape[0])
-    yc = xp.reshape(xp.take(g.y, xp.reshape(ss, (-1,))), ss.shape)
-    yc = yc - xp.reshape(mean, (nb, 1, 1))
-    s1 = xp.cumulative_sum(wsr * yc, axis=-1)
     r1 = s1[..., -1:] - s1
     one = xp.ones_like(wl)
     return s1 * s1 / xp.where(wl > 0, wl, one) + r1 * r1 / xp.where(wr > 0, wr, one)
@@ -599,53 +645,55 @@ def _search(g, ent, F, vals):
     and threshold.
     """
     xp = g.xp
-    xs, ss, wsr = _sorted_columns(g, ent, F, vals)
-    wl = xp.cumulative_sum(wsr, axis=-1)
+    xs, chans = _sorted_columns(g, ent, F, vals)
+    cum = xp.cumulative_sum(chans, axis=-1)
+    wl = cum[0, ...]
     wr = wl[..., -1:] - wl
     if g.params.classification:
-        score = _class_scores(g, ss, wsr, (wl, wr))
+        score = _class_scores(g, cum[1:, ...], (wl, wr))
     else:
-        score = _sse_scores(g, ss, wsr, (wl, wr), ent.mean)
+        score = _sse_scores(g, cum[1, ...], (wl, wr))
     return _pick(g, ent, F, xs, score)
 
 
 def _pick(g, ent, F, xs, score):
     """Mask invalid positions (not between distinct neighbours, or a child
-    smaller than ``min_samples_leaf``) and take each node's best."""
+    smaller than ``min_samples_leaf``) and take each node's best. The last
+    position of a row (nothing on its right) is never scored: the search runs
+    over positions ``0..L-2``."""
     xp = g.xp
     nb, f, L = xs.shape
     dev = device(xs)
     ln = xp.reshape(ent.lens, (nb, 1, 1))
-    p3 = xp.reshape(xp.arange(L, dtype=ent.lens.dtype, device=dev), (1, 1, L))
+    p3 = xp.reshape(xp.arange(L - 1, dtype=ent.lens.dtype, device=dev), (1, 1, L - 1))
     msl = g.params.min_samples_leaf
     ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
-    distinct = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
-    distinct = xp.concat(
-        [distinct, xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)], axis=-1
-    )
-    if ent.u is not None:
-        distinct, t = _random_cut(g, ent, F, xs)
+    if ent.u is None:
+        cut = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
+    else:
+        cut, t = _random_cut(g, ent, F, xs)
     ninf = xp.full((), -xp.inf, dtype=score.dtype, device=dev)
-    score2 = xp.reshape(xp.where(ok & distinct, score, ninf), (nb, f * L))
+    score2 = xp.reshape(xp.where(ok & cut, score[..., :-1], ninf), (nb, f * (L - 1)))
     bi = xp.argmax(score2, axis=-1)
     best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
+    j, p = bi // (L - 1), bi % (L - 1)
+    at = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L) + j * L + p
     xs_flat = xp.reshape(xs, (-1,))
-    nrow = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L)
-    x0 = xp.take(xs_flat, bi + nrow)
-    x1 = xp.take(xs_flat, xp.clip(bi + 1, max=f * L - 1) + nrow)
+    x0, x1 = xp.take(xs_flat, at), xp.take(xs_flat, at + 1)
     thr = x0 / 2 + x1 / 2
     thr = xp.where((thr == x1) | xp.isinf(thr) | xp.isnan(thr), x0, thr)
-    feat = xp.take_along_axis(F, (bi // L)[:, None], axis=-1)[:, 0]
+    feat = xp.take_along_axis(F, j[:, None], axis=-1)[:, 0]
     if ent.u is not None:  # the drawn threshold, not the midpoint
-        thr = xp.take_along_axis(t, (bi // L)[:, None], axis=-1)[:, 0]
-    return best, feat, bi % L, thr
+        thr = xp.take_along_axis(t, j[:, None], axis=-1)[:, 0]
+    return best, feat, p, thr
 
 
 def _random_cut(g, ent, F, xs):
     """scikit-learn's random splitter: a threshold ``t`` drawn uniformly
     between each feature's min and max in the node (the min when it lands on
     the max); the only position scored is the one ``t`` falls after. Constant
-    features have none. Returns that mask (nb, f, L) and ``t`` (nb, f)."""
+    features have none. Returns that mask over positions ``0..L-2``
+    (nb, f, L-1) and ``t`` (nb, f)."""
     xp = g.xp
     nb, f, L = xs.shape
     dev = device(xs)
@@ -662,9 +710,7 @@ def _random_cut(g, ent, F, xs):
     t = xp.where(t >= hi, lo, t)
     t3 = t[..., None]
     cut = (xs[..., :-1] <= t3) & (xs[..., 1:] > t3)
-    cut = cut & (hi > lo + FEATURE_THRESHOLD)[..., None]
-    pad = xp.zeros((nb, f, 1), dtype=xp.bool, device=dev)
-    return xp.concat([cut, pad], axis=-1), t
+    return cut & (hi > lo + FEATURE_THRESHOLD)[..., None], t
 
 
 def _children_stats(g, ent, feat, p):
@@ -899,6 +945,15 @@ def routing_table(feature, threshold, left, right, depths, *, xp, roots=None):
 
 def route(X, table, *, xp, trees=None, compact_every=8):
     """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
+    the table's trees, default all): an array (T, n). See :func:`_route`; on
+    NumPy the same walk runs in preallocated buffers (:func:`_route_numpy`)."""
+    walk = dispatch("tree.route", xp)
+    return walk(X, table, xp=xp, trees=trees, compact_every=compact_every)
+
+
+@portable("tree.route")
+def _route(X, table, *, xp, trees=None, compact_every=8):
+    """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
     the table's trees, default all): an array (T, n).
 
     On NumPy the rows that reached a leaf are set aside every ``compact_every``
@@ -933,3 +988,60 @@ def route(X, table, *, xp, trees=None, compact_every=8):
         slot = xp.concat(done_slot + [slot])
         node = xp.take(xp.concat(done_node + [node]), xp.argsort(slot))
     return xp.reshape(node, (T, n))
+
+
+def _route_example():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    feature = np.array([0, 1, -2, 2, -2, -2, 0, -2, -2], dtype=np.int64)
+    threshold = np.array([0.0, -0.5, -2, 0.3, -2, -2, 1.0, -2, -2])
+    left = np.array([1, 2, -1, 4, -1, -1, 7, -1, -1], dtype=np.int64)
+    right = np.array([6, 3, -1, 5, -1, -1, 8, -1, -1], dtype=np.int64)
+    roots = np.array([0, 1, 6], dtype=np.int64)  # three trees sharing nodes
+    table = routing_table(
+        feature, threshold, left, right, [3, 2, 1], xp=np, roots=roots
+    )
+    return (X, table), {"xp": np, "compact_every": 1}
+
+
+@fast_path("tree.route", "numpy", example=_route_example)
+def _route_numpy(X, table, *, xp, trees=None, compact_every=8):
+    """:func:`_route` on NumPy: each step writes into buffers made once (no
+    temporary arrays), and the gathers skip bounds checks (``mode="wrap"``:
+    every index is a node of the table or an entry of ``X`` by construction)."""
+    n, d = int(X.shape[0]), int(X.shape[1])
+    trees = slice(None) if trees is None else trees
+    roots = np.asarray(table.roots[trees])
+    depth = int(table.depths[trees].max())
+    T = int(roots.shape[0])
+    Xflat = np.reshape(X, (-1,))
+    node = np.repeat(roots.astype(np.int64), n)
+    base = np.tile(np.arange(n, dtype=np.int64) * d, T)
+    slot = np.arange(T * n, dtype=np.int64)
+    ix = np.empty(T * n, dtype=np.int64)
+    xv = np.empty(T * n, dtype=Xflat.dtype)
+    tv = np.empty(T * n, dtype=table.threshold.dtype)
+    gt = np.empty(T * n, dtype=bool)
+    done_slot, done_node = [], []
+    for step in range(depth):
+        k = int(node.shape[0])
+        i, x, t, g = ix[:k], xv[:k], tv[:k], gt[:k]
+        np.take(table.feature, node, out=i, mode="wrap")
+        np.add(i, base, out=i)
+        np.take(Xflat, i, out=x, mode="wrap")
+        np.take(table.threshold, node, out=t, mode="wrap")
+        np.greater(x, t, out=g)
+        np.multiply(node, 2, out=node)
+        np.add(node, g, out=node)
+        np.take(table.kids, node, out=i, mode="wrap")
+        node, ix = i, node  # the old nodes' array is the next scratch
+        if (step + 1) % compact_every == 0 and step + 1 < depth:
+            fin = np.take(table.leaf, node)
+            done_slot.append(slot[fin])
+            done_node.append(node[fin])
+            keep = ~fin
+            slot, base, node = slot[keep], base[keep], node[keep]
+    if done_slot:
+        slot = np.concatenate(done_slot + [slot])
+        node = np.concatenate(done_node + [node])[np.argsort(slot)]
+    return np.reshape(node, (T, n))
