@@ -167,11 +167,24 @@ def _covariance(X, mean, /, *, xp, centred=False):
     return G / (n - 1), lost
 
 
+@dataclasses.dataclass
+class _Solution:
+    """What a solver returns: variances ``ev``, singular values ``s``, axes
+    ``Vt``; ``lost`` (covariance solver) a device flag "the mean swamped the
+    spread, redo from centred data"; ``scores`` (randomized) the range
+    finder's ``U_k D_k``, which scikit-learn's ``fit_transform`` returns."""
+
+    ev: Array
+    s: Array
+    Vt: Array
+    lost: Array | None = None
+    scores: Array | None = None
+
+
 def _solve_full(X, mean, k, params, /, *, xp):
-    """Thin SVD of the centred data: ``(explained variance, s, Vt, None)``
-    (the last item, a device flag "redo centred", is only the covariance's)."""
+    """Thin SVD of the centred data."""
     s, Vt = right_singular(X - mean, xp=xp)
-    return s * s / (X.shape[0] - 1), s, Vt, None
+    return _Solution(s * s / (X.shape[0] - 1), s, Vt)
 
 
 def _solve_covariance_eigh(X, mean, k, params, /, *, xp, centred=False):
@@ -182,7 +195,7 @@ def _solve_covariance_eigh(X, mean, k, params, /, *, xp, centred=False):
     lam, V = xp.linalg.eigh(G)
     lam = xp.maximum(xp.flip(lam, axis=0), xp.zeros_like(lam))
     Vt = xp.flip(V, axis=1).T
-    return lam, xp.sqrt(lam * (X.shape[0] - 1)), Vt, lost
+    return _Solution(lam, xp.sqrt(lam * (X.shape[0] - 1)), Vt, lost)
 
 
 def _solve_randomized(X, mean, k, params, /, *, xp):
@@ -195,16 +208,18 @@ def _solve_randomized(X, mean, k, params, /, *, xp):
     size = min(k + params.n_oversamples, min(n, d))
     Q = randomized_range(M, size, params, xp=xp)
     Uh, s, Vt = xp.linalg.svd(Q.T @ M, full_matrices=False)
+    U = Vt.T if n < d else Q @ Uh
     Vt = (Q @ Uh).T if n < d else Vt
-    return s[:k] * s[:k] / (n - 1), s[:k], Vt[:k, :], None
+    s = s[:k]
+    return _Solution(s * s / (n - 1), s, Vt[:k, :], scores=U[:, :k] * s[None, :])
 
 
 def _solve_arpack(X, mean, k, params, /, *, xp):
     """ARPACK's answer (the ``k`` leading singular triplets, converged to
     ``tol = 0``) is the truncated exact SVD: there is no ARPACK on the array
     API, so the thin SVD is taken and truncated."""
-    ev, s, Vt, _ = _solve_full(X, mean, k, params, xp=xp)
-    return ev[:k], s[:k], Vt[:k, :], None
+    full = _solve_full(X, mean, k, params, xp=xp)
+    return _Solution(full.ev[:k], full.s[:k], full.Vt[:k, :])
 
 
 _SOLVE = {
@@ -286,10 +301,11 @@ class PCA(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_components : int, float in (0, 1) or None, default=None
-        Number of components to keep; a float keeps the fewest components whose
-        explained variance ratios add up to at least that fraction; None keeps
-        ``min(n_samples, n_features)``.
+    n_components : int, float in (0, 1), "mle" or None, default=None
+        Number of components to keep (0 allowed with the full solvers); a float
+        keeps the fewest components whose explained variance ratios add up to
+        more than that fraction; "mle" (full solvers, ``n ≥ d``) Minka's
+        evidence-maximising choice; None keeps ``min(n_samples, n_features)``.
     copy : bool, default=True
         Accepted for scikit-learn compatibility: xpml never writes into ``X``.
     whiten : bool, default=False
@@ -338,10 +354,15 @@ class PCA(TransformerMixin, BaseEstimator):
     -----
     ``X − x̄ = U D Vᵀ``; ``transform(X) = (X − x̄) V_k`` (principal coordinates,
     ``= U_k D_k`` on the training data); ``inverse_transform(Z) = Z V_kᵀ + x̄``.
+    Probabilistic PCA (:meth:`get_covariance`, :meth:`get_precision`,
+    :meth:`score_samples`, :meth:`score`): ``x ~ N(x̄, Wᵀ diag(λ − σ²) W + σ² I)``
+    with ``σ² = noise_variance_``, as scikit-learn.
 
     References
     ----------
     Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*, §14.5.1.
+    Tipping & Bishop (1999), Probabilistic principal component analysis, JRSS B.
+    Minka (2000), Automatic choice of dimensionality for PCA, NeurIPS.
 
     Examples
     --------
@@ -402,8 +423,13 @@ class PCA(TransformerMixin, BaseEstimator):
 
     def fit_transform(self, X: ArrayLike, y: ArrayLike | None = None) -> Array:
         """Fit, and return the training data's principal coordinates ``U_k D_k``
-        (``= (X − x̄) V_k``; ``U`` itself is never formed)."""
-        return self.fit(X).transform(X)
+        (``= (X − x̄) V_k`` for the exact solvers, where ``U`` is never formed;
+        "randomized": the range finder's ``U_k D_k``, as scikit-learn, whose
+        column variances are ``explained_variance_``)."""
+        ctx, scores = self._fit(X)
+        if scores is None:
+            return self.transform(X)
+        return ctx.out(scores)
 
     def _fit(self, X):
         ctx, X, _, _ = self._validate_fit_data(X, min_samples=2)
@@ -417,22 +443,22 @@ class PCA(TransformerMixin, BaseEstimator):
             _check_full_k(self.n_components, solver, (n, d))
         mean = xp.mean(X, axis=0)
         params = self._randomized_params(k, max_k)
-        ev, s, Vt, lost = _SOLVE[solver](X, mean, k, params, xp=xp)
+        sol = _SOLVE[solver](X, mean, k, params, xp=xp)
+        ev = sol.ev
         if truncated:  # scikit-learn's: the total from the data, the rest as noise
             total = xp.sum(xp.var(X, axis=0, correction=1))
             rest = float((total - xp.sum(ev)) / (max_k - k)) if k < max_k else 0.0
         else:  # one read: the variances (for k and the noise) and the flag
-            host = _read_variances(ev, lost, xp=xp)
+            host = _read_variances(ev, sol.lost, xp=xp)
             if host[-1]:  # the mean swamps the spread: covariance from centred data
-                ev, s, Vt, _ = _solve_covariance_eigh(
-                    X, mean, k, params, xp=xp, centred=True
-                )
+                sol = _solve_covariance_eigh(X, mean, k, params, xp=xp, centred=True)
+                ev = sol.ev
                 host = _read_variances(ev, None, xp=xp)
             ev_host = host[:-1]
             k = _n_components_for(self.n_components, ev_host, n)
             rest = float(np.mean(ev_host[k:])) if k < max_k else 0.0
             total = xp.sum(ev)
-        _, Vt = svd_flip(None, Vt, xp=xp)
+        scores, Vt = svd_flip(sol.scores, sol.Vt, xp=xp)
         self._fit_svd_solver = solver
         self.n_samples_ = int(n)
         self.n_components_ = k
@@ -440,10 +466,12 @@ class PCA(TransformerMixin, BaseEstimator):
         self.components_ = Vt[:k, :]
         self.explained_variance_ = ev[:k]
         self.explained_variance_ratio_ = ev[:k] / total
-        self.singular_values_ = s[:k]
+        self.singular_values_ = sol.s[:k]
         self.noise_variance_ = rest
+        if scores is not None and self.whiten:
+            scores = scores / xp.sqrt(ev[:k])[None, :]
         self._fitted(ctx)
-        return ctx
+        return ctx, scores
 
     def _randomized_params(self, k, max_k):
         n_iter = self.iterated_power
