@@ -589,3 +589,31 @@ def test_algorithms_and_refusals_as_sklearn(tie_free):
         NearestNeighbors(metric="mahalanobis").fit(X)
     with pytest.raises(ValueError, match="seuclidean.*5 features|coordinates"):
         NearestNeighbors(metric="seuclidean", metric_params={"V": np.ones(3)}).fit(X)
+
+
+# ------------------------------------------- the vectorised k-d tree (issue 14)
+@pytest.mark.parametrize("p", [1, 1.5, 2, np.inf])
+def test_kd_tree_search_is_exact_in_chunks_and_far_queries(p, rng):
+    # leaf groups of every size, queries far outside the data (loose home
+    # bounds), duplicates, several chunks: the same neighbours and the same
+    # rank measures as the exhaustive search, bit for bit
+    from xpml.neighbors._search import (
+        _exact_kd_search,
+        build_kd_tree,
+        exhaustive_kneighbors,
+    )
+
+    X = np.concatenate([rng.normal(size=(1500, 3)), np.zeros((40, 3))])
+    Q = np.concatenate([rng.normal(size=(200, 3)), 6 * rng.normal(size=(50, 3))])
+    Q = np.concatenate([Q, np.zeros((5, 3))])
+    for leaf_size, k in ((8, 1), (30, 5), (64, 20)):
+        tree = build_kd_tree(X, leaf_size)
+        want_d, want_i = exhaustive_kneighbors(Q, X, k, xp=np, p=p)
+        for chunk in (2**10, 2**22):
+            d, i = _exact_kd_search(tree, X, Q, k, p=p, chunk_elements=chunk)
+            np.testing.assert_array_equal(i, want_i)
+            np.testing.assert_array_equal(d, want_d)
+        # a tree saved before node boxes were stored: boxes merged from leaves
+        old = {key: v for key, v in tree.items() if not key.startswith("node_")}
+        d, i = _exact_kd_search(old, X, Q, k, p=p)
+        np.testing.assert_array_equal(i, want_i)

@@ -27,15 +27,16 @@ the k-th distance).
 The k-d tree (:func:`build_kd_tree`, :func:`kd_tree_kneighbors`) is a CPU-only
 algorithm written on host NumPy: data from any backend is copied to the host and
 the answer copied back. Leaves are built by median splits on the widest
-dimension. The exact search descends all queries at once to the leaf each falls
-in, sorts them by it and takes them in small batches: a batch's radius is
-bounded by its queries' k-th distances among the leaves touching its bounding
-box, and the batch is searched exhaustively (vectorised over the batch) among
-the points of every leaf within that radius; so the answer is exact and follows
-the same tie rule. It remains several times slower than scikit-learn's compiled
-tree (a batch shares one radius, so it scans more points than a per-query
-descent). With ``max_leaves`` each query visits leaves best-bin-first and stops
-after that many (once it holds ``k`` candidates): the approximate mode.
+dimension. The exact search is vectorised over all queries, with a fixed
+number of NumPy steps per tree level and per candidate leaf, none per query:
+every query's k-th rank measure within its home leaf bounds its search; the
+leaves whose box lies within that bound are found by descending the tree for
+all queries together, one level per step; each such leaf is measured against
+all the queries that need it in one small block, the points within the bound
+kept, and the k smallest by (rank, index) taken, so the answer is exact and
+follows the same tie rule. With ``max_leaves`` each query visits leaves
+best-bin-first and stops after that many (once it holds ``k`` candidates): the
+approximate mode.
 """
 
 from __future__ import annotations
@@ -525,7 +526,8 @@ def build_kd_tree(X, leaf_size):
     ``leaf_size`` points. Returns a dict of NumPy arrays: ``leaf_points``
     (n_leaves, leaf_size_max) training indices padded with ``-1``, the leaves'
     tight bounding boxes ``lo``, ``hi`` (n_leaves, d), in tree order (so
-    neighbouring leaves are near in space), and the splits: per node
+    neighbouring leaves are near in space), every node's tight box
+    ``node_lo``, ``node_hi`` (n_nodes, d), and the splits: per node
     ``split_dim``, ``split_value``, ``child`` (n_nodes, 2) and ``leaf`` (the
     leaf's number, ``-1`` for an inner node); node 0 is the root.
     """
@@ -546,10 +548,17 @@ def build_kd_tree(X, leaf_size):
     leaves = sorted((s, e) for s, e, dim, _, _ in nodes if dim < 0)
     number = {span: j for j, span in enumerate(leaves)}
     leaf_points, lo, hi = _leaf_arrays(X, perm, leaves)
+    node_lo = np.empty((len(nodes), X.shape[1]), dtype=X.dtype)
+    node_hi = np.empty_like(node_lo)
+    for j, (s, e, *_) in enumerate(nodes):
+        pts = X[perm[s:e]]
+        node_lo[j], node_hi[j] = pts.min(axis=0), pts.max(axis=0)
     return {
         "leaf_points": leaf_points,
         "lo": lo,
         "hi": hi,
+        "node_lo": node_lo,
+        "node_hi": node_hi,
         "split_dim": np.array([nd[2] for nd in nodes], dtype=np.int64),
         "split_value": np.array([nd[3] for nd in nodes], dtype=X.dtype),
         "child": np.array([nd[4] for nd in nodes], dtype=np.int64).reshape(-1, 2),
@@ -580,53 +589,180 @@ def _gap_rank(gap, p):
     return (gap if p == 1 else gap**p).sum(axis=-1)
 
 
-def _sq_distances_by_dim(Qb, P, p=2):
-    """``‖q − p‖²`` for queries ``Qb`` (b, d) against points ``P`` (m, d), summed
-    one coordinate at a time in the order of :func:`_direct_sq_distances` (so
-    the values are the same); fast for the k-d tree's small d."""
-    if p != 2:
-        return _rank_block(Qb, P, p, xp=np)
-    d2 = None
-    for j in range(Qb.shape[1]):
-        diff = Qb[:, j, None] - P[None, :, j]
-        d2 = diff * diff if d2 is None else d2 + diff * diff
-    return d2
+def _coordinate_rank(Qc, blocks, p):
+    """Rank measures of queries ``Qc`` (m, d) against one leaf's points each,
+    ``blocks`` (m, d, w) (padding at +inf gives +inf), one coordinate at a time
+    in the order of :func:`_direct_rank` (so the values are the same for the
+    k-d tree's small d)."""
+    R = None
+    for j in range(Qc.shape[1]):
+        t = Qc[:, j, None] - blocks[:, j, :]
+        if p == 2:
+            t *= t
+        else:
+            np.abs(t, out=t)
+            if p != 1 and p != math.inf:
+                t **= p
+        if R is None:
+            R = t
+        elif p == math.inf:
+            np.maximum(R, t, out=R)
+        else:
+            R += t
+    return R
 
 
-def _batch_radius(tree, X, Qb, k, p=2):
-    """An upper bound on every query's k-th squared distance in the batch: the
-    largest k-th distance among the points of the leaves touching the batch's
-    bounding box (∞ when they hold fewer than ``k`` points)."""
-    near = _batch_candidates(tree, Qb, 0.0, p)
-    if near.shape[0] < k:
-        return np.inf
-    d2 = _sq_distances_by_dim(Qb, X[near], p)
-    return float(np.partition(d2, k - 1, axis=1)[:, k - 1].max())
+def _leaf_blocks(X, leaf_points):
+    """The leaves' points, leaf-major and coordinate-major (n_leaves, d, w),
+    padding at +inf: a leaf's block is one contiguous copy."""
+    blocks = X[np.maximum(leaf_points, 0)]
+    blocks[leaf_points < 0] = np.inf
+    return np.ascontiguousarray(blocks.transpose(0, 2, 1))
 
 
-def _batch_candidates(tree, Qb, radius, p=2):
-    """Training indices (increasing) in the leaves whose box is within
-    ``radius`` (squared) of the batch's bounding box: every query's k nearest."""
-    lo, hi = tree["lo"], tree["hi"]
-    gap = np.maximum(lo - Qb.max(axis=0), 0) + np.maximum(Qb.min(axis=0) - hi, 0)
-    near = _gap_rank(gap, p) * (1.0 - 1e-12) <= radius
-    ids = tree["leaf_points"][near].reshape(-1)
-    return np.sort(ids[ids >= 0])
+def _box_rank(Qc, lo, hi, p):
+    """Rank measure of the gap of each query ``Qc`` (m, d) to its box
+    ``lo``, ``hi`` (m, d): a lower bound on the rank measure to the box's points."""
+    gap = np.maximum(lo - Qc, 0.0)
+    gap += np.maximum(Qc - hi, 0.0)
+    return _gap_rank(gap, p)
 
 
-def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16, p=2):
+def _node_boxes(tree):
+    """Tight boxes (n_nodes, d) of every node: stored by :func:`build_kd_tree`,
+    or (trees saved before they were) merged from the leaves upwards."""
+    if "node_lo" in tree:
+        return tree["node_lo"], tree["node_hi"]
+    leaf, child = tree["leaf"], tree["child"]
+    lo = np.empty((leaf.shape[0], tree["lo"].shape[1]), dtype=tree["lo"].dtype)
+    hi = np.empty_like(lo)
+    for node in range(leaf.shape[0] - 1, -1, -1):  # children follow their parent
+        if leaf[node] >= 0:
+            lo[node], hi[node] = tree["lo"][leaf[node]], tree["hi"][leaf[node]]
+        else:
+            a, b = child[node]
+            lo[node], hi[node] = np.minimum(lo[a], lo[b]), np.maximum(hi[a], hi[b])
+    return lo, hi
+
+
+@dataclasses.dataclass
+class _TreeArrays:
+    """What the exact search reads of a tree, gathered once per call."""
+
+    leaf_points: np.ndarray
+    node_lo: np.ndarray
+    node_hi: np.ndarray
+    child: np.ndarray
+    leaf: np.ndarray
+    blocks: np.ndarray
+
+
+def _candidate_leaves(t, Qc, home, bound, p):
+    """(query, leaf) pairs whose leaf box lies within ``bound`` of the query,
+    found by descending all queries together, one tree level per step (the
+    home leaves left out)."""
+    qi = np.arange(Qc.shape[0])
+    node = np.zeros(Qc.shape[0], dtype=np.int64)
+    pairs_q, pairs_leaf = [], []
+    while qi.size:
+        g = _box_rank(Qc[qi], t.node_lo[node], t.node_hi[node], p)
+        near = g * (1.0 - 1e-12) <= bound[qi]
+        qi, node = qi[near], node[near]
+        lf = t.leaf[node]
+        at_leaf = lf >= 0
+        other = at_leaf & (lf != home[qi])
+        pairs_q.append(qi[other])
+        pairs_leaf.append(lf[other])
+        inner = ~at_leaf
+        qi = np.repeat(qi[inner], 2)
+        node = t.child[node[inner]].reshape(-1)
+    return np.concatenate(pairs_q), np.concatenate(pairs_leaf)
+
+
+def _within(D, leaves, bound_rows, leaf_points):
+    """(row, training index, value) of the entries of ``D`` (one row per
+    (query, leaf) pair) within the rows' bounds."""
+    r, c = np.nonzero(D <= bound_rows[:, None])
+    return r, leaf_points[leaves[r], c], D[r, c]
+
+
+def _pairs_within(t, Qc, pq, pl, bound, *, p):
+    """(query, training index, rank) of the points within the query's bound in
+    its candidate leaves: the pairs grouped by leaf, each leaf's queries
+    measured against its block in place (one small block per leaf, no copy
+    of the leaves' points)."""
+    order = np.argsort(pl, kind="stable")
+    pq, pl = pq[order], pl[order]
+    Qp, bp = Qc[pq], bound[pq]
+    edges = np.flatnonzero(np.diff(pl)) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges, [pl.size]])
+    parts = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        leaf = int(pl[s])
+        D = _coordinate_rank(Qp[s:e], t.blocks[leaf][None], p)
+        r, c = np.nonzero(D <= bp[s:e, None])
+        parts.append((pq[s + r], t.leaf_points[leaf, c], D[r, c]))
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(3))
+
+
+def _exact_chunk(t, X, Qc, home, k, *, p):
+    """Exact k nearest of a chunk of queries: the k-th rank within the home
+    leaf bounds each query's search, the leaves within that bound are found by
+    a level-by-level descent, every point of theirs within the bound is kept,
+    and each query's k smallest kept by (rank, index)."""
+    D = _coordinate_rank(Qc, t.blocks[home], p)
+    bound = np.partition(D, k - 1, axis=1)[:, k - 1]
+    pq, pl = _candidate_leaves(t, Qc, home, bound, p)
+    rows, idx, val = _within(D, home, bound, t.leaf_points)
+    if pq.size:
+        r2, i2, v2 = _pairs_within(t, Qc, pq, pl, bound, p=p)
+        rows = np.concatenate([rows, r2])
+        idx, val = np.concatenate([idx, i2]), np.concatenate([val, v2])
+    order = np.lexsort((idx, val, rows))
+    start = np.searchsorted(rows[order], np.arange(Qc.shape[0]))
+    ind = idx[order[start[:, None] + np.arange(k)[None, :]]]
+    return _refine(Qc, X, ind, xp=np, p=p)
+
+
+def _exact_kd_search(tree, X, Q, k, *, p, chunk_elements=2**22):
+    """The exact search of :func:`kd_tree_kneighbors`, in query chunks of
+    about ``chunk_elements`` distance entries."""
+    node_lo, node_hi = _node_boxes(tree)
+    t = _TreeArrays(
+        tree["leaf_points"],
+        node_lo,
+        node_hi,
+        tree["child"],
+        tree["leaf"],
+        _leaf_blocks(X, tree["leaf_points"]),
+    )
+    home = _home_leaves(tree, Q)
+    order = np.argsort(home, kind="stable")  # neighbouring queries together
+    chunk = max(1, chunk_elements // (8 * t.leaf_points.shape[1]))
+    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
+    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
+    for q0 in range(0, Q.shape[0], chunk):
+        rows = order[q0 : q0 + chunk]
+        out_d[rows], out_i[rows] = _exact_chunk(t, X, Q[rows], home[rows], k, p=p)
+    return out_d, out_i
+
+
+def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
     """k nearest neighbours of host queries ``Q`` in host data ``X`` with a tree
     from :func:`build_kd_tree`.
 
-    Exact (``max_leaves`` None): queries are sorted by the leaf they fall in
-    and taken in batches of ``batch``; a batch's radius is bounded by its
-    queries' k-th distances within the leaves touching it, every leaf whose box lies
-    within that radius of the batch's bounding box is a candidate, and the
-    batch is searched exhaustively among the candidates' points (vectorised
-    over the batch; one bound test per leaf per batch). With ``max_leaves``:
+    Exact (``max_leaves`` None), vectorised over all queries (a fixed number
+    of NumPy steps per tree level, none per query or per leaf): each query's
+    k-th rank measure within its home leaf bounds its search; the leaves whose
+    box lies within that bound are found by descending the tree level by level
+    for all queries together, every point of theirs within the bound is kept,
+    and the k smallest by (rank, index) are taken, then measured as the
+    exhaustive search measures them. When some leaf holds fewer than ``k``
+    points the exhaustive search answers instead. With ``max_leaves``:
     best-bin-first over at most that many leaves per query (approximate).
-    ``p``: the Minkowski metric (``math.inf``: Chebyshev); leaf boxes bound
-    any such norm, so the search is exact for every ``p > 0``.
+    ``p``: the Minkowski metric (``math.inf``: Chebyshev); boxes bound any
+    such norm, so the search is exact for every ``p > 0``.
 
     Returns
     -------
@@ -637,19 +773,9 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, batch=16, p=2):
     X, Q = np.asarray(X), np.asarray(Q)
     if max_leaves is not None:
         return _best_bin_first(tree, X, Q, k, max_leaves, p=p)
-    home = _home_leaves(tree, Q)
-    order = np.argsort(home, kind="stable")
-    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
-    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
-    for b0 in range(0, Q.shape[0], batch):
-        rows = order[b0 : b0 + batch]
-        Qb = Q[rows]
-        radius = _batch_radius(tree, X, Qb, k, p)
-        cand = _batch_candidates(tree, Qb, radius, p)
-        d2 = _sq_distances_by_dim(Qb, X[cand], p)
-        vals, pos = topk_smallest(d2, k, xp=np, method="partition")
-        out_d[rows], out_i[rows] = vals, cand[pos]
-    return out_d, out_i
+    if k > int((tree["leaf_points"] >= 0).sum(axis=1).min()):
+        return exhaustive_kneighbors(Q, X, k, xp=np, p=p)
+    return _exact_kd_search(tree, X, Q, k, p=p)
 
 
 def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
