@@ -490,10 +490,17 @@ array (n_clusters, n_features)
     def _centres_on_device(self, centres, X, ctx, what):
         k, d = self.n_clusters, X.shape[1]
         C0 = ctx.xp.asarray(to_numpy(centres), dtype=X.dtype, device=ctx.device)
-        if tuple(C0.shape) != (k, d):
-            raise ValueError(
-                f"{what} has shape {tuple(C0.shape)}; it must be (n_clusters, "
-                f"n_features) = {(k, d)}"
+        shape = tuple(C0.shape)
+        if shape != (k, d):
+            of = (
+                f"clusters {k}"
+                if len(shape) != 2 or shape[0] != k
+                else f"features of the data {d}"
+            )
+            raise ValueError(  # scikit-learn's words, then what is wrong
+                f"The shape of the initial centers {shape} does not match the "
+                f"number of {of}: the {what} must be (n_clusters, n_features) "
+                f"= {(k, d)}"
             )
         return C0
 
