@@ -17,12 +17,13 @@ backend (torch, CuPy, array-api-strict) like any NumPy input. The conversion
 must fit the memory budget (:func:`xpml.utils._array_api.memory_budget`, 512 MiB
 unless ``XPML_MEMORY_BUDGET`` says otherwise): above it, a ``ValueError`` names
 the argument, its shape, the dense size and the budget. The caller's matrix is
-never modified. Estimators whose algorithm needs only products keep their own
-sparse path before this one: :class:`~xpml.naive_bayes.MultinomialNB` and
-:class:`~xpml.naive_bayes.BernoulliNB` count ``Yᵀ X`` on the sparse matrix
-(NumPy backend), the linear models densify ``X`` themselves. Sparse targets
-(``y``) and sparse ``sample_weight`` are refused (``TypeError``), as
-scikit-learn refuses sparse class labels.
+never modified. :class:`~xpml.naive_bayes.MultinomialNB` and
+:class:`~xpml.naive_bayes.BernoulliNB` keep ``X`` sparse on the NumPy backend
+(their counts ``Yᵀ X`` and scores ``X Lᵀ`` are sparse-dense products, with no
+budget); the linear models call :func:`dense_from_sparse` in their own input
+step. Sparse targets (``y``), ``sample_weight`` and ``classes`` are refused
+(``TypeError``), as scikit-learn refuses sparse class labels; another library's
+sparse array (not SciPy) is refused by name.
 """
 
 from __future__ import annotations
