@@ -440,3 +440,24 @@ def test_bagged_trees_keep_max_leaf_nodes():
     bag = BaggingClassifier(tree, n_estimators=5, random_state=0).fit(X, y)
     assert all(m.n_leaves_ <= 4 for m in bag.estimators_)
     assert bag.score(X, y) > 0.8
+
+
+def test_forest_apply_is_each_trees_leaf(xp):
+    """scikit-learn's contract: ``forest.apply(X)[:, t] == estimators_[t].apply(X)``,
+    every entry a leaf of its tree (children -1), shape (n, n_estimators)."""
+    Xtr, Xte, ytr, _ = _split("wine", 3)
+    yr = Xtr[:, 0] + ytr
+    for est, y in (
+        (RandomForestClassifier(6, random_state=0), ytr),
+        (RandomForestRegressor(4, max_depth=5, random_state=1), yr),
+    ):
+        ref = est.fit(Xtr, y).apply(Xte)
+        assert ref.shape == (len(Xte), est.n_estimators)
+        for t, m in enumerate(est.estimators_):
+            np.testing.assert_array_equal(ref[:, t], m.apply(Xte))
+            assert np.all(m.tree_children_left_[ref[:, t]] == -1)
+        assert len(np.unique(ref[:, 0])) > 1
+        got = type(est)(**est.get_params()).fit(xp.asarray(Xtr), xp.asarray(y))
+        A = got.apply(xp.asarray(Xte))
+        assert xp.is_native(A)
+        np.testing.assert_array_equal(xp.to_numpy(A), ref)

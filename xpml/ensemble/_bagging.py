@@ -550,7 +550,21 @@ _FOREST_DOC_PARAMS = """
 """
 
 
-class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
+class _ForestMixin:
+    """What forests add to bagged trees."""
+
+    def apply(self, X: ArrayLike) -> Array:
+        """Leaf reached by every row of ``X`` in every tree, in each tree's own
+        node numbering (as ``estimators_[t].apply``): shape (n, n_estimators).
+        All trees are walked at once on the stack kept for prediction."""
+        ctx, X = self._validate_predict_data(X)
+        xp = ctx.xp
+        stack = cached_stack(self, self.estimators_, ctx)
+        leaves = stack.leaves(X, xp=xp) - stack.table.roots[:, None]
+        return ctx.out(xp.permute_dims(leaves, (1, 0)))
+
+
+class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging):
     __doc__ = (
         """Random forest: bagged trees with a fresh random feature subset at every node.
 
@@ -642,7 +656,7 @@ class RandomForestClassifier(_BaggingClassifierMixin, _BaseBagging):
         )
 
 
-class RandomForestRegressor(_BaggingRegressorMixin, _BaseBagging):
+class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
     __doc__ = (
         """Random forest of regression trees (fresh feature subset at every node).
 
