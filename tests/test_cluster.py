@@ -127,6 +127,25 @@ def test_callable_init_equals_sklearn(digits):
         KMeans(6, init=lambda X, k, random_state: X[:2]).fit(digits)
 
 
+def test_fewer_distinct_points_than_clusters_warns_as_sklearn():
+    """Three distinct points, four clusters: scikit-learn's ConvergenceWarning,
+    and the cluster that relocation cannot fill keeps a finite centre."""
+    import warnings
+
+    from xpml.exceptions import ConvergenceWarning
+
+    X = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    for seed in (0, 42):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no 0/0 centres
+            with pytest.warns(
+                ConvergenceWarning, match=r"distinct clusters \(3\) .* \(4\)"
+            ):
+                km = KMeans(4, random_state=seed).fit(X)
+        assert set(km.labels_.tolist()) == {0, 1, 2}
+        assert np.isfinite(km.cluster_centers_).all() and km.inertia_ == 0.0
+
+
 def test_tie_keeps_previous_cluster():
     X = np.array([[0.0], [0.0]])
     C = np.array([[-1.0], [1.0]])  # both points are equally far from both centres

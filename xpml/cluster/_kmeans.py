@@ -20,6 +20,7 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClusterMixin, TransformerMixin
+from xpml.exceptions import ConvergenceWarning, warn
 from xpml.kernels import (
     block_rows_for,
     point_factor,
@@ -233,7 +234,7 @@ def _relocate_empty(data, labels, C_old, sums, wsum, /, *, xp):
         wsum = xpx.at(wsum)[old].set(wsum[old] - wj)
         sums = xpx.at(sums)[new, :].set(wj * xj)
         wsum = xpx.at(wsum)[new].set(wj)
-    return sums / wsum[:, None]
+    return _means(sums, wsum, C_old, xp=xp)  # a cluster left empty keeps its centre
 
 
 def _inertia(X, C, labels, w, /, *, xp):
@@ -275,8 +276,23 @@ def _lloyd(data, C, max_iter, tol, /, *, xp):
     if not strict:  # labels that match the final centres
         B = point_factor(C, xp=xp)
         labels = _assign_factored(data.A, B, labels, data.rows, xp=xp)
-    inertia = float(_inertia(data.X, C, labels, data.w, xp=xp))
-    return C, labels, inertia, n_iter
+    inertia, n_used = to_numpy(  # the run's one read-back after the iterations
+        xp.stack(
+            [
+                _inertia(data.X, C, labels, data.w, xp=xp),
+                _clusters_used(data, labels, C.shape[0], xp=xp),
+            ]
+        )
+    )
+    return C, labels, float(inertia), n_iter, int(n_used)
+
+
+def _clusters_used(data, labels, k, /, *, xp):
+    """How many clusters have at least one point (as a float of ``X``'s dtype)."""
+    n = data.X.shape[0]
+    ones = xp.ones((n,), dtype=data.X.dtype, device=device(data.X))
+    _, counts = dispatch("cluster_sums", xp)(labels, data.X[:, :0], ones, xp=xp, k=k)
+    return xp.sum(xp.astype(counts > 0, data.X.dtype))
 
 
 def _init_kmeanspp(data, k, w_host, rng, /, *, xp):
@@ -474,7 +490,13 @@ array (n_clusters, n_features)
         C0 = self._given_centres(X, ctx)
         data = _Data.make(X, w, k, xp=xp, memory_budget=self.memory_budget)
         tol = self.tol * float(xp.mean(xp.var(X, axis=0)))
-        C, labels, inertia, n_iter = self._runs(data, C0, tol, ctx)
+        C, labels, inertia, n_iter, n_used = self._runs(data, C0, tol, ctx)
+        if n_used < k:
+            warn(
+                ConvergenceWarning,
+                f"Number of distinct clusters ({n_used}) found smaller than "
+                f"n_clusters ({k}). Possibly due to duplicate points in X.",
+            )
         self.cluster_centers_ = C
         self.labels_ = xp.astype(labels, xp.int64)
         self.inertia_ = inertia
