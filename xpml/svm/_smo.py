@@ -24,8 +24,8 @@ Each outer step ("working set") is three named steps:
 3. :func:`_update_gradient`: ``v −= K[B, :]ᵀ (y_B ∘ Δα_B)`` over the rows of
    ``B``, which :class:`KernelRows` keeps in a row cache that grows (doubling)
    as rows are requested, up to ``cache_size``, then evicts the least recently
-   used. On NumPy (:func:`_solve_block_numpy`) the rows are fetched after the
-   subproblem, and only those of the variables that moved.
+   used. The rows are fetched after the subproblem, and only those of the
+   variables that moved.
 
 The working-set size adapts: it starts at ``_Q_START`` and doubles (up to
 ``q``) while the subproblems are busy (many free variables or many steps), so

@@ -170,7 +170,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         SMO steps per binary problem.
     n_working_sets_ : int32 array (n_classes·(n_classes−1)/2,)
         Working sets (outer steps) per binary problem; the host syncs of a
-        fit grow with their number (about three per working set under torch).
+        fit grow with their number (about two per working set under torch,
+        and one upload).
     dual_objective_, primal_objective_, duality_gap_ : float arrays (n_pairs,)
         ``D(α) = Σα − ½αᵀQα``, ``P(w,b) = ½‖w‖² + Σ Cᵢξᵢ`` and ``P − D ≥ 0``,
         a certificate of convergence.
