@@ -319,3 +319,18 @@ def test_truncated_svd_algorithms_equal_sklearn(digits, algorithm, normalizer):
 
 def test_feature_names_out():
     assert PCA(2).fit(_ppca_data()).get_feature_names_out().tolist() == ["pca0", "pca1"]
+
+
+@pytest.mark.parametrize("solver", ["full", "covariance_eigh"])
+def test_whitening_a_null_variance_stays_finite(solver):
+    # rank 15 of 30 features: covariance_eigh's trailing variances are 0; the
+    # whitening scale is floored at eps as scikit-learn's (not inf / NaN)
+    from sklearn.decomposition import PCA as SK
+
+    rng = np.random.default_rng(42)
+    X = rng.standard_normal((100, 15)) @ rng.standard_normal((15, 30))
+    ours = PCA(svd_solver=solver, whiten=True)
+    Z = ours.fit_transform(X)
+    assert np.isfinite(Z).all() and np.isfinite(ours.transform(X)).all()
+    ref = SK(svd_solver=solver, whiten=True).fit_transform(X)
+    np.testing.assert_allclose(np.abs(Z[:, :15]), np.abs(ref[:, :15]), atol=1e-8)

@@ -26,6 +26,7 @@ from xpml.base import BaseEstimator, TransformerMixin
 from xpml.linalg import CPU_TILE_BYTES, right_singular, svd_flip
 from xpml.utils._array_api import (
     device,
+    eps,
     is_numpy_namespace,
     itemsize,
     memory_budget,
@@ -290,6 +291,12 @@ def _ppca_variances(ev, noise, whiten, /, *, xp):
     return diff * ev if whiten else diff
 
 
+def _whitening_scale(ev, /, *, xp):
+    """``√ev`` floored at ``eps`` (scikit-learn's): a null variance (a rank-
+    deficient ``X``) whitens to finite, not to ``inf``/NaN."""
+    return xp.maximum(xp.sqrt(ev), xp.full_like(ev, eps(ev.dtype, xp)))
+
+
 def _safe_inverse(a, /, *, xp):
     """``1/a`` where ``a > 0``, else 0 (the pseudo-inverse of ``diag(a)``)."""
     positive = a > 0
@@ -469,7 +476,7 @@ class PCA(TransformerMixin, BaseEstimator):
         self.singular_values_ = sol.s[:k]
         self.noise_variance_ = rest
         if scores is not None and self.whiten:
-            scores = scores / xp.sqrt(ev[:k])[None, :]
+            scores = scores / _whitening_scale(ev[:k], xp=xp)[None, :]
         self._fitted(ctx)
         return ctx, scores
 
@@ -493,7 +500,7 @@ class PCA(TransformerMixin, BaseEstimator):
         xp = ctx.xp
         Z = (X - ctx.take(self.mean_)) @ ctx.take(self.components_).T
         if self.whiten:
-            Z = Z / xp.sqrt(ctx.take(self.explained_variance_))[None, :]
+            Z = Z / _whitening_scale(ctx.take(self.explained_variance_), xp=xp)[None, :]
         return ctx.out(Z)
 
     def inverse_transform(self, X: ArrayLike) -> Array:
