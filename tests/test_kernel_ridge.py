@@ -202,6 +202,21 @@ def test_numpy_factor_is_in_place_when_allowed():
     np.testing.assert_allclose(L2, L, rtol=0, atol=0)
 
 
+def test_fit_without_scipy_uses_the_portable_solves(monkeypatch):
+    """SciPy is imported with the module (issue 16: not in the first fit); when
+    it is missing the LAPACK fast paths hand over to the portable twins, with
+    the same dual coefficients and effective dof (rtol 1e-10)."""
+    import xpml.kernel_ridge as kr_module
+
+    X, Y, _, _ = _data(n=300)  # two portable blocks
+    params = {"alpha": 0.5, "kernel": "rbf", "gamma": 0.3, "compute_dof": True}
+    ref = KernelRidge(**params).fit(X, Y)
+    monkeypatch.setattr(kr_module, "_lapack_funcs", None)
+    kr = KernelRidge(**params).fit(X, Y)
+    assert _rel(kr.dual_coef_, ref.dual_coef_) < 1e-10
+    np.testing.assert_allclose(kr.effective_dof_, ref.effective_dof_, rtol=1e-10)
+
+
 def test_not_positive_definite_falls_back_to_least_squares():
     X, Y, Xt, _ = _data(n=40)
     K = X @ X.T  # rank 5: singular at alpha=0

@@ -58,6 +58,11 @@ __all__ = ["KernelRidge"]
 
 _BLOCK = 256  # rows per step of the portable blocked substitution
 
+try:  # SciPy is optional; imported with this module, not by the first fit (issue 16)
+    from scipy.linalg import get_lapack_funcs as _lapack_funcs
+except ImportError:
+    _lapack_funcs = None
+
 
 # ------------------------------------------------------------- linear algebra
 def _add_to_diagonal(K, value, /, *, xp, copy):
@@ -132,11 +137,9 @@ def _cholesky_portable(A, /, *, xp, overwrite=False):
 def _cholesky_lapack(A, /, *, xp, overwrite=False):
     """SciPy's ``potrf``: a C-ordered symmetric ``A`` is its own Fortran-ordered
     transpose, so its upper factor ``U = Lᵀ`` is computed in place, no copy."""
-    try:
-        from scipy.linalg import get_lapack_funcs
-    except ImportError:  # SciPy is optional
+    if _lapack_funcs is None:
         return _cholesky_portable(A, xp=xp, overwrite=overwrite)
-    (potrf,) = get_lapack_funcs(("potrf",), (A,))
+    (potrf,) = _lapack_funcs(("potrf",), (A,))
     U, info = potrf(A.T, lower=0, clean=1, overwrite_a=int(bool(overwrite)))
     return U.T if info == 0 else None
 
@@ -169,11 +172,9 @@ def _cho_solve_portable(L, B, /, *, xp):
 
 @fast_path("kernel_ridge.cho_solve", "numpy", example=_factor_example)
 def _cho_solve_lapack(L, B, /, *, xp):
-    try:
-        from scipy.linalg import get_lapack_funcs
-    except ImportError:
+    if _lapack_funcs is None:
         return _cho_solve_portable(L, B, xp=xp)
-    (potrs,) = get_lapack_funcs(("potrs",), (L,))
+    (potrs,) = _lapack_funcs(("potrs",), (L,))
     X, _ = potrs(L.T, B, lower=0)  # Lᵀ is upper and Fortran-ordered: no copy
     return X
 
@@ -205,11 +206,9 @@ def _inv_sq_frobenius_portable(L, /, *, xp, overwrite=False):
 def _inv_sq_frobenius_lapack(L, /, *, xp, overwrite=False):
     """LAPACK ``trtri`` on ``Lᵀ`` (upper, Fortran-ordered view: same norm), in
     place with ``overwrite`` (``L`` is then lost)."""
-    try:
-        from scipy.linalg import get_lapack_funcs
-    except ImportError:
+    if _lapack_funcs is None:
         return _inv_sq_frobenius_portable(L, xp=xp)
-    (trtri,) = get_lapack_funcs(("trtri",), (L,))
+    (trtri,) = _lapack_funcs(("trtri",), (L,))
     Linv, info = trtri(L.T, lower=0, overwrite_c=int(bool(overwrite)))
     if info != 0:  # only for a singular L, which a successful potrf never gives
         return _inv_sq_frobenius_portable(L, xp=xp)
