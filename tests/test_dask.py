@@ -210,9 +210,10 @@ def _check_discriminant(got, ref, K):
                 np.testing.assert_allclose(g, v, rtol=0, atol=1e-10, err_msg=name)
         elif name == "classes_":
             np.testing.assert_array_equal(have[name], value)
-        else:
+        else:  # as the other fits: 1e-10 relative to the attribute's scale
+            scale = max(1.0, float(np.max(np.abs(value), initial=0.0)))
             np.testing.assert_allclose(
-                have[name], value, rtol=0, atol=1e-10, err_msg=name
+                have[name], value, rtol=0, atol=1e-10 * scale, err_msg=name
             )
     assert len(pickle.dumps(got)) < 2**20
 
@@ -246,10 +247,45 @@ def test_discriminant_analysis(client, est, chunking, weighted):
         )
 
 
+@pytest.mark.parametrize(
+    "est",
+    [
+        LDA(solver="lsqr", shrinkage="auto"),
+        LDA(solver="eigen", shrinkage="auto"),
+        QDA(solver="eigen", shrinkage="auto"),
+    ],
+    ids=repr,
+)
+def test_discriminant_ledoit_wolf(client, est):
+    """shrinkage="auto" from the fourth moments, on correlated features where
+    the Ledoit-Wolf shrinkage is strictly between 0 and 1."""
+    import array_api_compat.numpy as xnp
+
+    from xpml.discriminant_analysis import _ledoit_wolf_shrinkage, _weighted_cov
+
+    rng = np.random.default_rng(4)
+    Xc = rng.standard_normal((N, D)) @ (np.eye(D) + 0.3 * rng.standard_normal((D, D)))
+    yc = np.digitize(
+        Xc[:, 1] + rng.standard_normal(N), np.quantile(Xc[:, 1], [0.3, 0.6])
+    )
+    for k in range(3):  # the reference's shrinkage is interior: the test can fail
+        S, Z = _weighted_cov(Xc[yc == k], np.ones(int(np.sum(yc == k))), xp=xnp)
+        s = _ledoit_wolf_shrinkage(Z / np.sqrt(np.diag(S)), np.ones(len(Z)), xp=xnp)
+        assert 0.01 < s < 0.9, s
+    weights = [None] if isinstance(est, QDA) else [None, W]
+    for w in weights:
+        kw = {} if w is None else {"sample_weight": w}
+        rows = CHUNKINGS["uneven"]
+        dkw = {} if w is None else {"sample_weight": _dask(w, rows)}
+        ref = clone(est).fit(Xc, yc, **kw)
+        got = clone(est).fit(_dask(Xc, rows), _dask(yc, rows), **dkw)
+        _check_discriminant(got, ref, 3)
+
+
 def test_discriminant_refusals(client):
     Xd, yd = _dask(X, 100), _dask(C3, 100)
-    with pytest.raises(TypeError, match="shrinkage='auto'"):
-        LDA(solver="lsqr", shrinkage="auto").fit(Xd, yd)
+    with pytest.raises(TypeError, match="covariance_estimator"):
+        LDA(solver="lsqr", covariance_estimator=QDA()).fit(Xd, yd)
     with pytest.raises(TypeError, match="covariance_estimator"):
         QDA(solver="eigen", covariance_estimator=LDA()).fit(Xd, yd)
     with pytest.raises(NotImplementedError, match="shrinkage not supported"):

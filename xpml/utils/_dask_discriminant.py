@@ -17,11 +17,15 @@ class means, what each solver needs (second pass):
 Singular vectors are defined up to sign: ``scalings_`` (LDA "svd") and
 ``rotations_`` (QDA "svd") may differ from the single-machine fit by the sign
 of a column; the coefficients, scores and predictions do not depend on it.
-Shrinkage ``"auto"`` (Ledoit–Wolf needs fourth moments) and
-``covariance_estimator`` (fitted on the rows) are refused with a TypeError.
+Shrinkage ``"auto"`` (Ledoit–Wolf) adds a third pass in the same graph: the
+per-class fourth moments of the standardised rows. ``covariance_estimator``
+(fitted on the rows) is refused with a TypeError.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import array_api_compat
 import numpy as np
@@ -105,9 +109,41 @@ def _r_tree(fn, data, moments):
     return tree([f(*b, moments) for b in blocks(data.X, data.y, data.w)], combine)
 
 
-def _statistics(data, K, *, total=False, r=None, scatter=True):
+def _standard_deviations(first, S, total):
+    """Per-class (and overall) standard deviations of the features, a tiny one
+    replaced by 1 (the single-machine ``shrinkage="auto"`` rule)."""
+    from xpml.utils._array_api import eps
+
+    counts = first[1]
+    xp = _ns(counts)
+
+    def sd(C):
+        v = xp.sqrt(xp.linalg.diagonal(C))
+        return xp.where(v > 10 * eps(v.dtype, xp), v, xp.ones_like(v))
+
+    per_class = sd(S[0] / counts[:, None, None])
+    return per_class, (sd(S[1] / xp.sum(counts)) if total else per_class[0, :])
+
+
+def _fourth_block(Xb, codes, wb, moments, sds):
+    """``Σ w ‖(x − μ)/σ‖⁴`` per class (and about the overall mean): the fourth
+    moments of Ledoit–Wolf's shrinkage, of one block."""
+    xp = _ns(Xb)
+    (means, mu), (sd_k, sd_t) = moments, sds
+    K = means.shape[0]
+    Y = _onehot(codes, K, None, Xb.dtype)
+    Z = (Xb - Y @ means) / (Y @ sd_k)
+    r = xp.sum(Z * Z, axis=1) ** 2
+    rt = xp.sum(((Xb - mu) / sd_t) ** 2, axis=1) ** 2
+    if wb is not None:
+        r, rt = r * wb, rt * wb
+    return Y.T @ r, xp.sum(rt)
+
+
+def _statistics(data, K, *, total=False, r=None, scatter=True, fourth=False):
     """One compute: counts, means, overall mean, ``max |X|`` per column (for
-    error messages), the scatters and the ``R`` tree asked for."""
+    error messages), the scatters, the ``R`` tree and the Ledoit–Wolf
+    moments (standard deviations and fourth moments) asked for."""
     import dask
 
     arrays = (data.X, data.y, data.w)
@@ -115,35 +151,84 @@ def _statistics(data, K, *, total=False, r=None, scatter=True):
     moments = dask.delayed(_moments, pure=True, nout=2)(first)
     S = map_sum(_scatter_block, arrays, moments, total) if scatter else None
     R = None if r is None else _r_tree(r, data, moments)
+    lw = None
+    if fourth:
+        sds = dask.delayed(_standard_deviations, pure=True)(first, S, total)
+        lw = (sds, map_sum(_fourth_block, arrays, moments, sds))
     top = abs(data.X).max(axis=0)
-    (_, counts), (means, mu), S, R, top = compute(first, moments, S, R, top)
-    return counts, means, mu, S, R, top[None, :]
+    (_, counts), (means, mu), S, R, lw, top = compute(first, moments, S, R, lw, top)
+    return Stats(counts, means, mu, S, R, lw, top[None, :])
+
+
+@dataclasses.dataclass
+class Stats:
+    """What :func:`_statistics` brought to the client: class counts (K,),
+    means (K, d), overall mean (d,), scatters (per class (K, d, d), total),
+    the ``R`` factor(s), the Ledoit–Wolf moments and ``max |X|`` (1, d)."""
+
+    counts: Any
+    means: Any
+    mu: Any
+    S: Any
+    R: Any
+    lw: Any
+    top: Any
+
+
+def _ledoit_wolf_cov(S, W, sd, q, /, *, xp):
+    """scikit-learn's ``shrinkage="auto"`` covariance (``_cov``) from the
+    covariance ``S``, the weight ``W``, the standard deviations ``sd`` and the
+    fourth moment ``q = Σ w ‖z‖⁴`` of the standardised rows ``z``."""
+    from xpml.discriminant_analysis import _shrink
+
+    d = int(S.shape[0])
+    C = S / (sd[:, None] * sd[None, :])
+    shrinkage = 0.0
+    if d > 1:
+        trace = xp.linalg.diagonal(C)
+        mu = xp.sum(trace) / d
+        delta_ = xp.sum(C * C)
+        beta = float((q / W - delta_) / (d * W))
+        delta = float((delta_ - 2.0 * mu * xp.sum(trace) + d * mu**2) / d)
+        beta = min(beta, delta)
+        shrinkage = 0.0 if beta == 0 else beta / delta
+    return sd[:, None] * _shrink(C, shrinkage, xp=xp) * sd[None, :]
+
+
+def _class_cov(est, k, st, xp):
+    """Class ``k``'s covariance as the single-machine ``_cov``: empirical,
+    shrunk by a float, or Ledoit–Wolf (``"auto"``)."""
+    from xpml.discriminant_analysis import _shrink
+
+    W = st.counts[k]
+    cov = st.S[0][k, ...] / W
+    if est.shrinkage == "auto":
+        (sd_k, _), (q, _) = st.lw
+        return _ledoit_wolf_cov(cov, W, sd_k[k, :], q[k], xp=xp)
+    if est.shrinkage is not None and est.shrinkage != "empirical":
+        return _shrink(cov, float(est.shrinkage), xp=xp)
+    return cov
 
 
 def _refuse_unsupported(est, name):
-    if getattr(est, "covariance_estimator", None) is not None or (
-        est.shrinkage == "auto"
-    ):
+    if getattr(est, "covariance_estimator", None) is not None:
         raise TypeError(
-            f"{name}(shrinkage='auto') and covariance_estimator do not fit dask "
-            f"arrays (Ledoit-Wolf needs fourth moments, an estimator the rows); "
-            f"on dask arrays use shrinkage=None or a float"
+            f"{name}(covariance_estimator=...) does not fit dask arrays (the "
+            f"estimator is fitted on the rows); on dask arrays use shrinkage"
         )
 
 
 # ------------------------------------------------------------------------ LDA
-def _lda_covariance(est, S, counts, priors, xp):
+def _lda_covariance(est, st, priors, xp):
     """``Σ_k π_k Σ_k`` as the single-machine ``_covariance``: pooled with
-    ``π_k / n_k`` weights, or each class covariance shrunk by a float."""
-    from xpml.discriminant_analysis import _shrink
-
+    ``π_k / n_k`` weights, or each class covariance shrunk."""
+    counts = st.counts
     if est.shrinkage is None:
         safe = xp.where(counts > 0, counts, xp.ones_like(counts))
-        return xp.sum(S * (priors / safe)[:, None, None], axis=0)
+        return xp.sum(st.S[0] * (priors / safe)[:, None, None], axis=0)
     Sigma = 0.0
-    for k in range(S.shape[0]):  # a loop over classes (K small matrices)
-        cov = _shrink(S[k, ...] / counts[k], float(est.shrinkage), xp=xp)
-        Sigma = Sigma + priors[k] * cov
+    for k in range(counts.shape[0]):  # a loop over classes (K small matrices)
+        Sigma = Sigma + priors[k] * _class_cov(est, k, st, xp)
     return Sigma
 
 
@@ -169,7 +254,6 @@ def fit_lda(est, X, y, sample_weight):
         _lda_eigen,
         _lda_lsqr,
         _priors,
-        _shrink,
     )
     from xpml.linear_model._base import check_finite_result
 
@@ -182,30 +266,30 @@ def fit_lda(est, X, y, sample_weight):
     est._check_options(K, data.d)
     _refuse_unsupported(est, "LinearDiscriminantAnalysis")
     svd = solver == "svd"
-    counts, means, mu, S, R, top = _statistics(
+    st = _statistics(
         data,
         K,
         total=solver == "eigen",
         r=_pooled_r_block if svd else None,
         scatter=not svd or est.store_covariance,
+        fourth=est.shrinkage == "auto",
     )
+    counts, means, top = st.counts, st.means, st.top
     _check_weighted_classes(counts, est.classes_, xp=xp)
     priors = _priors(est.priors, counts, xp=xp, name="priors", warn=True)
     est.priors_, est.means_ = priors, means
-    if S is not None:
-        est.covariance_ = _lda_covariance(est, S[0], counts, priors, xp)
+    if st.S is not None:
+        est.covariance_ = _lda_covariance(est, st, priors, xp)
     if svd:
         coef, intercept, est.scalings_, s = _lda_svd_from_r(
-            est, R, counts, (means, priors, top), xp
+            est, st.R, counts, (means, priors, top), xp
         )
         est.xbar_ = priors @ means
         est.explained_variance_ratio_ = (s**2 / xp.sum(s**2))[: est._max_components]
     elif solver == "lsqr":
         coef, intercept = _lda_lsqr(top, means, est.covariance_, priors, xp=xp)
     else:
-        St = S[1] / xp.sum(counts)
-        if est.shrinkage is not None:
-            St = _shrink(St, float(est.shrinkage), xp=xp)
+        St = _total_cov(est, st, xp)
         coef, intercept, evals, est.scalings_ = _lda_eigen(
             top, means, est.covariance_, St, priors, xp=xp
         )
@@ -216,6 +300,20 @@ def fit_lda(est, X, y, sample_weight):
         )
     _lda_coefficients(est, coef, intercept, K)
     return est
+
+
+def _total_cov(est, st, xp):
+    """ "eigen"'s total covariance about the overall mean, as ``_cov``."""
+    from xpml.discriminant_analysis import _shrink
+
+    W = xp.sum(st.counts)
+    St = st.S[1] / W
+    if est.shrinkage == "auto":
+        (_, sd_t), (_, q_t) = st.lw
+        return _ledoit_wolf_cov(St, W, sd_t, q_t, xp=xp)
+    if est.shrinkage is not None:
+        return _shrink(St, float(est.shrinkage), xp=xp)
+    return St
 
 
 def _lda_coefficients(est, coef, intercept, K):
@@ -229,19 +327,13 @@ def _lda_coefficients(est, coef, intercept, K):
 
 
 # ------------------------------------------------------------------------ QDA
-def _qda_class(est, k, stats, xp):
+def _qda_class(est, k, st, xp):
     """Regularised variances (descending) and axes of class ``k``."""
-    from xpml.discriminant_analysis import _shrink
-
-    S, R, counts = stats
-    nk = float(counts[k])
     if est.solver == "svd":
-        _, s, Vt = xp.linalg.svd(R[k], full_matrices=False)
+        _, s, Vt = xp.linalg.svd(st.R[k], full_matrices=False)
         r = float(est.reg_param)
-        return (1.0 - r) * (s * s) / nk + r, Vt.T
-    cov = S[k, ...] / nk
-    if est.shrinkage is not None and est.shrinkage != "empirical":
-        cov = _shrink(cov, float(est.shrinkage), xp=xp)
+        return (1.0 - r) * (s * s) / float(st.counts[k]) + r, Vt.T
+    cov = _class_cov(est, k, st, xp)
     vals, vecs = xp.linalg.eigh(cov)
     order = xp.flip(xp.argsort(vals))
     return xp.take(vals, order), xp.take(vecs, order, axis=1)
@@ -261,9 +353,14 @@ def fit_qda(est, X, y, sample_weight):
     est._check_options()
     _refuse_unsupported(est, "QuadraticDiscriminantAnalysis")
     svd = est.solver == "svd"
-    counts, means, _, S, R, top = _statistics(
-        data, K, r=_class_r_block if svd else None, scatter=not svd
+    st = _statistics(
+        data,
+        K,
+        r=_class_r_block if svd else None,
+        scatter=not svd,
+        fourth=est.shrinkage == "auto",
     )
+    counts, means, top = st.counts, st.means, st.top
     est.priors_ = _priors(est.priors, counts, xp=xp, name="priors")
     labels = np.asarray(est.classes_)
     rotations, scalings = [], []
@@ -274,7 +371,7 @@ def fit_qda(est, X, y, sample_weight):
                 f"y has only 1 sample in class {labels[k]}, covariance is ill defined."
             )
         with linalg_errors(top, xp=xp, what="class covariance", owner="QDA"):
-            S2, rot = _qda_class(est, k, (None if S is None else S[0], R, counts), xp)
+            S2, rot = _qda_class(est, k, st, xp)
         est._check_rank(top, S2, labels[k], nk, d, xp=xp)
         rotations.append(rot)
         scalings.append(S2)
