@@ -663,27 +663,22 @@ def _candidate_leaves(t, Qc, home, bound, p):
     home leaves left out)."""
     qi = np.arange(Qc.shape[0])
     node = np.zeros(Qc.shape[0], dtype=np.int64)
+    reach = bound / (1.0 - 1e-12)  # the bound with a rounding margin
     pairs_q, pairs_leaf = [], []
     while qi.size:
-        g = _box_rank(Qc[qi], t.node_lo[node], t.node_hi[node], p)
-        near = g * (1.0 - 1e-12) <= bound[qi]
+        Qn = Qc[qi]
+        gap = np.maximum(t.node_lo[node] - Qn, Qn - t.node_hi[node])
+        np.maximum(gap, 0.0, out=gap)  # one side at most is positive
+        near = _gap_rank(gap, p) <= reach[qi]
         qi, node = qi[near], node[near]
         lf = t.leaf[node]
-        at_leaf = lf >= 0
-        other = at_leaf & (lf != home[qi])
+        inner = lf < 0
+        other = ~inner & (lf != home[qi])
         pairs_q.append(qi[other])
         pairs_leaf.append(lf[other])
-        inner = ~at_leaf
         qi = np.repeat(qi[inner], 2)
         node = t.child[node[inner]].reshape(-1)
     return np.concatenate(pairs_q), np.concatenate(pairs_leaf)
-
-
-def _within(D, leaves, bound_rows, leaf_points):
-    """(row, training index, value) of the entries of ``D`` (one row per
-    (query, leaf) pair) within the rows' bounds."""
-    r, c = np.nonzero(D <= bound_rows[:, None])
-    return r, leaf_points[leaves[r], c], D[r, c]
 
 
 def _pairs_within(t, Qc, pq, pl, bound, *, p):
@@ -706,6 +701,62 @@ def _pairs_within(t, Qc, pq, pl, bound, *, p):
     return tuple(np.concatenate([part[i] for part in parts]) for i in range(3))
 
 
+def _select_by_sort(rows, idx, val, k, m):
+    """Each of ``m`` rows' k smallest (rank, index) among flat entries (every
+    row holds at least k)."""
+    order = np.lexsort((idx, val, rows))
+    start = np.searchsorted(rows[order], np.arange(m))
+    return idx[order[start[:, None] + np.arange(k)[None, :]]]
+
+
+def _select_dense(V, I, k):
+    """Each row's k smallest (rank, index) of dense entries ``V``, ``I``: a
+    partition, and a sort of the rows tied at their k-th rank."""
+    kth = np.partition(V, k - 1, axis=1)[:, k - 1]
+    le = V <= kth[:, None]
+    tied = le.sum(axis=1) > k
+    le[tied] = False
+    out = np.empty((V.shape[0], k), dtype=np.int64)
+    out[~tied] = I[le].reshape(-1, k)
+    if tied.any():
+        pos = np.lexsort((I[tied], V[tied]), axis=1)[:, :k]
+        out[tied] = np.take_along_axis(I[tied], pos, axis=1)
+    return out
+
+
+def _select(D, ids, extra, k):
+    """Each query's k smallest (rank, index) among its home-leaf entries
+    ``D``, ``ids`` (m, w) and the other leaves' entries ``extra`` (rows,
+    indices, ranks): dense rows for queries with at most w other entries,
+    a sort of the flat entries for the rest."""
+    r2, i2, v2 = extra
+    m, w = D.shape
+    count = np.bincount(r2, minlength=m)
+    heavy = count > w
+    out = np.empty((m, k), dtype=np.int64)
+    if heavy.any():
+        rows = np.flatnonzero(heavy)
+        r, c = np.nonzero(np.isfinite(D[rows]))
+        mine = heavy[r2]
+        hr = np.concatenate([r, np.searchsorted(rows, r2[mine])])
+        hi = np.concatenate([ids[rows[r], c], i2[mine]])
+        hv = np.concatenate([D[rows[r], c], v2[mine]])
+        out[rows] = _select_by_sort(hr, hi, hv, k, rows.size)
+        count[heavy] = 0
+        r2, i2, v2 = r2[~mine], i2[~mine], v2[~mine]
+    order = np.argsort(r2, kind="stable")
+    r2, i2, v2 = r2[order], i2[order], v2[order]
+    pos = w + np.arange(r2.size) - np.repeat(np.cumsum(count) - count, count)
+    width = w + int(count.max(initial=0))
+    V = np.full((m, width), np.inf, dtype=D.dtype)
+    I = np.full((m, width), -1, dtype=np.int64)
+    V[:, :w], I[:, :w] = D, ids
+    V[r2, pos], I[r2, pos] = v2, i2
+    light = ~heavy
+    out[light] = _select_dense(V[light], I[light], k)
+    return out
+
+
 def _exact_chunk(t, X, Qc, home, k, *, p):
     """Exact k nearest of a chunk of queries: the k-th rank within the home
     leaf bounds each query's search, the leaves within that bound are found by
@@ -714,14 +765,11 @@ def _exact_chunk(t, X, Qc, home, k, *, p):
     D = _coordinate_rank(Qc, t.blocks[home], p)
     bound = np.partition(D, k - 1, axis=1)[:, k - 1]
     pq, pl = _candidate_leaves(t, Qc, home, bound, p)
-    rows, idx, val = _within(D, home, bound, t.leaf_points)
     if pq.size:
-        r2, i2, v2 = _pairs_within(t, Qc, pq, pl, bound, p=p)
-        rows = np.concatenate([rows, r2])
-        idx, val = np.concatenate([idx, i2]), np.concatenate([val, v2])
-    order = np.lexsort((idx, val, rows))
-    start = np.searchsorted(rows[order], np.arange(Qc.shape[0]))
-    ind = idx[order[start[:, None] + np.arange(k)[None, :]]]
+        extra = _pairs_within(t, Qc, pq, pl, bound, p=p)
+    else:
+        extra = (pq, pq, np.empty(0, dtype=D.dtype))
+    ind = _select(D, t.leaf_points[home], extra, k)
     return _refine(Qc, X, ind, xp=np, p=p)
 
 
