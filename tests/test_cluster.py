@@ -144,6 +144,14 @@ def test_fewer_distinct_points_than_clusters_warns_as_sklearn():
                 km = KMeans(4, random_state=seed).fit(X)
         assert set(km.labels_.tolist()) == {0, 1, 2}
         assert np.isfinite(km.cluster_centers_).all() and km.inertia_ == 0.0
+    # scikit-learn's non-regression case (its issue 28055): centres on the
+    # points, two of them duplicates; the empty cluster takes a duplicate, so no
+    # centre moves and the fit stops after one iteration
+    X = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(4\)"):
+        km = KMeans(5, init=X).fit(X)
+    assert km.n_iter_ == 1
+    np.testing.assert_array_equal(km.cluster_centers_, X)
 
 
 def test_tie_keeps_previous_cluster():

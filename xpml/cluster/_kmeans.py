@@ -217,13 +217,18 @@ def _means(sums, wsum, C_old, /, *, xp):
 
 def _relocate_empty(data, labels, C_old, sums, wsum, /, *, xp):
     """Each empty cluster takes the point farthest from its old centre (removed
-    from that centre's mean), as scikit-learn does. A rare path: it syncs."""
+    from that centre's mean), as scikit-learn does; among equally far points,
+    first those whose cluster keeps other points (on duplicate points a move
+    then empties no other cluster). A rare path: it syncs."""
     import array_api_extra as xpx
 
     X, w = data.X, data.w
     empty_ids = [int(i) for i in to_numpy(xp.nonzero(wsum == 0)[0])]
     resid = xp.sum((X - xp.take(C_old, labels, axis=0)) ** 2, axis=1)
-    far = to_numpy(xp.argsort(-resid, stable=True)[: len(empty_ids)])
+    shared = xp.astype(xp.take(wsum, labels) > w, X.dtype)
+    order = xp.argsort(-shared, stable=True)
+    order = xp.take(order, xp.argsort(-xp.take(resid, order), stable=True))
+    far = to_numpy(order[: len(empty_ids)])
     lab_host = to_numpy(labels)
     sums, wsum = xp.asarray(sums, copy=True), xp.asarray(wsum, copy=True)
     for new, j in zip(empty_ids, far):
