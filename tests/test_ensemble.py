@@ -461,3 +461,23 @@ def test_forest_apply_is_each_trees_leaf(xp):
         A = got.apply(xp.asarray(Xte))
         assert xp.is_native(A)
         np.testing.assert_array_equal(xp.to_numpy(A), ref)
+
+
+def test_forest_min_weight_fraction_leaf_per_tree():
+    """Each tree's leaves keep ``min_weight_fraction_leaf`` of that tree's
+    weight (its bootstrap counts), as scikit-learn passes them to the tree."""
+    Xtr, _, ytr, _ = _split("breast_cancer", 1)
+    for est, y in (
+        (RandomForestClassifier(5, min_weight_fraction_leaf=0.1, random_state=0), ytr),
+        (
+            RandomForestRegressor(3, min_weight_fraction_leaf=0.2, random_state=0),
+            Xtr[:, 0],
+        ),
+    ):
+        est.fit(Xtr, y)
+        free = type(est)(est.n_estimators, random_state=0).fit(Xtr, y)
+        frac = est.min_weight_fraction_leaf
+        for m, f in zip(est.estimators_, free.estimators_):
+            W = m.tree_weighted_n_node_samples_
+            assert np.all(W[m.tree_children_left_ == -1] >= frac * W[0] - 1e-9)
+            assert 1 < m.node_count_ < f.node_count_

@@ -465,3 +465,30 @@ def test_max_leaf_nodes_gives_sklearns_best_first_tree():
     assert big.n_leaves_ == 20 and big.node_count_ == 39
     with pytest.raises(InvalidParameterError, match="max_leaf_nodes"):
         DecisionTreeClassifier(max_leaf_nodes=1).fit(X, y)
+
+
+@pytest.mark.parametrize("frac", [0.01, 0.05, 0.2, 0.5])
+def test_min_weight_fraction_leaf_as_sklearn(frac, xp):
+    """Every leaf keeps at least ``frac`` of the total sample weight; on data
+    without tied splits the trees predict as scikit-learn's (weighted)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 5))
+    yr = X[:, 0] - 2 * X[:, 1] ** 2 + 0.1 * rng.normal(size=300)
+    yc = (yr > np.median(yr)).astype(np.int64)
+    w = rng.integers(1, 4, 300).astype(float)
+    for ours, ref, y in (
+        (DecisionTreeRegressor, SkReg, yr),
+        (DecisionTreeClassifier, SkTree, yc),
+    ):
+        sk = ref(min_weight_fraction_leaf=frac, random_state=0)
+        sk.fit(X, y, sample_weight=w)
+        est = ours(min_weight_fraction_leaf=frac)
+        est.fit(xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(w))
+        leaf = xp.to_numpy(est.tree_children_left_) == -1
+        W = xp.to_numpy(est.tree_weighted_n_node_samples_)
+        assert np.all(W[leaf] >= frac * w.sum() - 1e-9)
+        assert est.node_count_ == sk.tree_.node_count
+        got = xp.to_numpy(est.predict(xp.asarray(X)))
+        np.testing.assert_allclose(got, sk.predict(X), rtol=1e-12)
+    with pytest.raises(InvalidParameterError, match="min_weight_fraction_leaf"):
+        DecisionTreeClassifier(min_weight_fraction_leaf=0.6).fit(X, yc)

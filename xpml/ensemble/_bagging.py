@@ -528,12 +528,14 @@ _FOREST_TREE_PARAMS = (
     "max_depth",
     "min_samples_split",
     "min_samples_leaf",
+    "min_weight_fraction_leaf",
     "min_impurity_decrease",
     "max_features",
 )
 
 _FOREST_DOC_PARAMS = """
-    max_depth, min_samples_split, min_samples_leaf, min_impurity_decrease
+    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
+min_impurity_decrease
         Passed to every tree (see :class:`~xpml.tree.DecisionTreeClassifier`).
     bootstrap : bool, default=True
     oob_score : bool, default=False
@@ -627,6 +629,7 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         max_features="sqrt",
         bootstrap=True,
@@ -641,6 +644,7 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
         self.bootstrap = bootstrap
@@ -711,6 +715,7 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         max_features=1.0,
         bootstrap=True,
@@ -725,6 +730,7 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
         self.bootstrap = bootstrap

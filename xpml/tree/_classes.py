@@ -74,6 +74,7 @@ class _BaseDecisionTree(BaseEstimator):
             Interval(Integral, 1, None, closed="left"),
             Interval(float, 0.0, 1.0, closed="neither"),
         ],
+        "min_weight_fraction_leaf": [Interval(Real, 0.0, 0.5, closed="both")],
         "min_impurity_decrease": [Interval(Real, 0, None, closed="left")],
         "max_features": [
             Interval(Integral, 1, None, closed="left"),
@@ -100,6 +101,7 @@ class _BaseDecisionTree(BaseEstimator):
                 self.max_features, d, type(self).__name__
             ),
             splitter=getattr(self, "splitter", "best"),
+            min_weight_leaf=float(self.min_weight_fraction_leaf),
         )
 
     def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None):
@@ -412,6 +414,9 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         A node with fewer samples is a leaf (float: fraction of n, rounded up).
     min_samples_leaf : int or float, default=1
         Each child of a split must keep at least this many samples.
+    min_weight_fraction_leaf : float in [0, 0.5], default=0.0
+        Each child of a split must keep at least this fraction of the total
+        sample weight (scikit-learn's rule).
     min_impurity_decrease : float, default=0.0
         Keep a split only if ``W_t/W · (I_t − W_L/W_t I_L − W_R/W_t I_R)``
         (weighted impurity decrease, ``W`` the total weight) reaches this.
@@ -484,6 +489,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         purity_threshold=1.0,
         max_features=None,
@@ -495,6 +501,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.purity_threshold = purity_threshold
         self.max_features = max_features
@@ -543,7 +550,8 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
         equals the between-children sum of squares ``S_L²/w_L + S_R²/w_R``
         (``S`` centred sums): it grows the same trees, and scikit-learn 1.9
         maps it to "squared_error" too.
-    max_depth, min_samples_split, min_samples_leaf, min_impurity_decrease, \
+    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
+min_impurity_decrease, \
 max_features, random_state
         As for :class:`DecisionTreeClassifier`.
 
@@ -587,6 +595,7 @@ max_features, random_state
         max_depth=None,
         min_samples_split=2,
         min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         max_features=None,
         random_state=None,
@@ -597,6 +606,7 @@ max_features, random_state
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
         self.random_state = random_state

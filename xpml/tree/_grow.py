@@ -83,6 +83,7 @@ class GrowParams:
     purity_threshold: float
     max_features: int
     splitter: str = "best"  # "random": one uniform threshold per feature
+    min_weight_leaf: float = 0.0  # fraction of its tree's weight a leaf keeps
 
     @property
     def classification(self):
@@ -163,9 +164,11 @@ def _impurity_host(stats, W, params):
     return np.maximum(h, 0.0)
 
 
-def _splittable(depth, n, stats, W, impurity, *, params):
-    """scikit-learn's stopping rules, plus the purity fraction."""
+def _splittable(depth, n, stats, W, impurity, *, params, W_tree):
+    """scikit-learn's stopping rules, plus the purity fraction; ``W_tree``:
+    the total weight of each node's tree (for ``min_weight_leaf``)."""
     ok = (depth < params.max_depth) & (n >= params.min_samples_split)
+    ok &= W >= 2 * params.min_weight_leaf * W_tree
     ok &= (n >= 2 * params.min_samples_leaf) & (impurity > EPSILON)
     if params.classification and params.purity_threshold < 1.0:
         purity = np.max(stats, axis=1) / np.where(W > 0, W, 1.0)
@@ -187,6 +190,7 @@ class _Growth:
     params: GrowParams
     table: _NodeTable
     W_root: np.ndarray
+    W_dev: Any  # the roots' total weights on the device (R,)
     rngs: list | None
     budget: int
     stats: dict  # node blocks and re-draw rounds, counted for tests and benches
@@ -238,6 +242,7 @@ class _Entries:
     mean: Any
     u: Any = None  # (nb, d) uniforms of the random splitter, or None
     chan: Any = None  # (C, nb·L) per-entry channels of the split search
+    mw: Any = None  # (nb,) least weight of a child (min_weight_leaf), or None
 
 
 # ------------------------------------------------------------------- growth
@@ -296,6 +301,7 @@ def _start(X, y, params, rngs, budget, *, xp):
         params=params,
         table=_NodeTable(K if K else 2, d if subset else 0),
         W_root=np.zeros(0),
+        W_dev=None,
         rngs=rngs,
         budget=work_elements(X.dtype, xp) if budget is None else int(budget),
         stats={"node_blocks": 0, "redraws": 0},
@@ -318,7 +324,9 @@ def _root_stats(g, samp, sampw, starts, ends):
             tw = xp.sum(w)
             mu = xp.sum(w * ys) / tw
             rows.append(xp.stack([tw, mu, xp.sum(w * (ys - mu) ** 2) / tw]))
-    h = np.asarray(to_numpy(xp.stack(rows)), dtype=np.float64)
+    both = xp.stack(rows)
+    g.W_dev = xp.sum(both, axis=1) if K else both[:, 0]
+    h = np.asarray(to_numpy(both), dtype=np.float64)
     if K:
         return h, h.sum(axis=1)
     return h[:, 1:], h[:, 0].copy()
@@ -335,7 +343,7 @@ def _grow_roots(g, samp, sampw, root_lens):
     ids = g.table.add(
         tree=np.arange(R), depth=depth0, n=root_lens, W=W, stats=stats, impurity=imp
     )
-    is_open = _splittable(depth0, root_lens, stats, W, imp, params=g.params)
+    is_open = _splittable(depth0, root_lens, stats, W, imp, params=g.params, W_tree=W)
     return _Level(ids[is_open], starts[is_open], samp, sampw)
 
 
@@ -415,10 +423,16 @@ def _block_round(g, level, blk, F, U):
     xp = g.xp
     dev = device(level.samp)
     cols = [blk.starts[:, None], blk.lens[:, None]] + ([] if F is None else [F])
+    weighed = g.params.min_weight_leaf > 0
+    cols += [g.table["tree"][blk.ids][:, None]] if weighed else []
     cols += [] if U is None else [U]
     aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
     ent = _gather_block(g, level, aux, blk.L, blk.ids)
     ent = dataclasses.replace(ent, chan=_channels(g, ent))
+    if weighed:  # each child's least weight: a fraction of its tree's weight
+        tree = aux[:, 2 + (0 if F is None else g.m)]
+        mw = g.params.min_weight_leaf * xp.take(g.W_dev, tree)
+        ent = dataclasses.replace(ent, mw=mw)
     if U is not None:
         u = xp.astype(aux[:, int(aux.shape[1]) - g.d :], g.Xflat.dtype) * 2.0**-53
         ent = dataclasses.replace(ent, u=u)
@@ -653,6 +667,10 @@ def _search(g, ent, F, vals):
         score = _class_scores(g, cum[1:, ...], (wl, wr))
     else:
         score = _sse_scores(g, cum[1, ...], (wl, wr))
+    if ent.mw is not None:
+        mw = xp.reshape(ent.mw, (-1, 1, 1))
+        ninf = xp.full((), -xp.inf, dtype=score.dtype, device=device(score))
+        score = xp.where((wl >= mw) & (wr >= mw), score, ninf)
     return _pick(g, ent, F, xs, score)
 
 
@@ -782,7 +800,10 @@ def _accept(g, blk, h, known):
     table.cols["threshold"][pid] = h[a, 3]
     table.cols["left"][pid] = cids[0::2]
     table.cols["right"][pid] = cids[1::2]
-    c_open = _splittable(c_depth, c_n, c_stats, c_W, c_imp, params=params)
+    W_tree = np.repeat(g.W_root[trees[a]], 2)
+    c_open = _splittable(
+        c_depth, c_n, c_stats, c_W, c_imp, params=params, W_tree=W_tree
+    )
     if not c_open.any():
         return None
     shift = _interleave(np.zeros(len(a), np.int64), hp[a] + 1)
