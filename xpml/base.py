@@ -31,6 +31,7 @@ import array_api_compat
 from xpml._backend import enter, move
 from xpml._dask import route as _route_dask
 from xpml._typing import Array, ArrayLike
+from xpml.utils._array_api import preload_namespace
 from xpml.utils._param_validation import validate_params
 from xpml.utils._tree import tree_update
 from xpml.utils.validation import (
@@ -45,6 +46,11 @@ from xpml.utils.validation import (
     encode_labels,
     set_feature_names,
 )
+
+# every estimator module imports this one: NumPy's array-API namespace is built
+# here, with the imports, and not by an estimator's first call (issue 16; see
+# preload_namespace)
+preload_namespace("numpy")
 
 __all__ = [
     "BaseEstimator",
