@@ -156,6 +156,8 @@ UNIT_SPIES = {
     "working set": ("xpml.svm._svc", "smo_solve", lambda r: int(r.n_outer)),
     # blocks of tree nodes searched together (the tree grower's plan)
     "node block": ("xpml.tree._grow", "_plan_blocks", len),
+    # LinearSVC(solver="dcd"): blocks of coordinates through the host core
+    "DCD block": ("xpml.svm._linear", "_dcd_block", lambda r: 1),
 }
 
 
@@ -497,6 +499,21 @@ ROWS = [
         ops_growth=1.5,
         vary={"n": 120},
         fitted_uploads=4,
+    ),
+    # LinearSVC(solver="dcd"): the sequential core runs on the host per block
+    # of coordinates (one download of [Gram | margins], one upload of Δα∘y),
+    # never per sample (blocks of 128: n=30 is one block per epoch, n=400 four)
+    Row(
+        "LinearSVC",
+        {"random_state": 0, "max_iter": 3, "tol": 1e-12, "solver": "dcd"},
+        n=30,
+        unit="DCD block",
+        per_unit=2,
+        const=8,
+        uploads_per_unit=2,
+        vary={"n": 400},
+        fitted_uploads=4,
+        label="dcd",
     ),
     # online learners: no host sync per row
     Row(

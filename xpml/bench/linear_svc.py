@@ -42,13 +42,13 @@ def _blas_threads():
     return threadpool_limits(limits=n, user_api="blas")
 
 
-def _ref_fit(loss, X, y, notes):
+def _ref_fit(loss, X, y, notes, dual="auto"):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC as SkLinearSVC
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        est = SkLinearSVC(loss=loss).fit(X, y)
+        est = SkLinearSVC(loss=loss, dual=dual).fit(X, y)
     if any(issubclass(w.category, ConvergenceWarning) for w in caught):
         notes.add("LIBLINEAR stopped at max_iter")
     return est
@@ -79,3 +79,40 @@ def _run(bench):
                     once=n > 20_000,  # the long cases: one cold call each
                 )
                 r.note = "; ".join(sorted(notes))  # known once the reference ran
+                _dcd_case(bench, n, d, loss, (X, y, Xb, yb))
+
+
+def _dcd_case(bench, n, d, loss, data):
+    """solver="dcd" against LIBLINEAR's dual coordinate descent (``dual=True``
+    both sides, same C, tol and max_iter); the epochs of both in the note."""
+    from xpml.svm import LinearSVC
+
+    X, y, Xb, yb = data
+    iters = {}
+
+    def ours():
+        est = LinearSVC(loss=loss, solver="dcd", dual=True, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            iters["xpml"] = est.fit(Xb, yb).n_iter_
+        return est
+
+    def ref():
+        notes = set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = _ref_fit(loss, X, y, notes, dual=True)
+        iters["liblinear"] = int(np.max(est.n_iter_))
+        return est
+
+    r = bench.compare(
+        SUITE,
+        f"LinearSVC.fit dcd {loss} d={d}",
+        n,
+        ours,
+        ref,
+        params={"d": d, "loss": loss, "C": 1.0, "tol": 1e-4, "solver": "dcd"},
+        repeats=3,
+        once=n > 20_000,
+    )
+    r.note = f"epochs xpml {iters.get('xpml')}, liblinear {iters.get('liblinear')}"

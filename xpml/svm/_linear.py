@@ -1,6 +1,8 @@
-"""Linear support vector classification by trust-region Newton (TRON) steps.
+"""Linear support vector classification by trust-region Newton (TRON) steps
+(``solver="newton"``, the default) or by LIBLINEAR's dual coordinate descent,
+blocked (``solver="dcd"``).
 
-Both losses are solved with whole-array operations: no loop over samples.
+The Newton solvers use whole-array operations only: no loop over samples.
 
 * ``loss="squared_hinge"``: the primal ``½‖w‖² + Σᵢ Cᵢ max(0, 1 − yᵢ w·xᵢ)²`` is
   once differentiable with a piecewise-constant generalised Hessian
@@ -45,6 +47,26 @@ there while this solver reached ``max |PG| ≤ 1e-4``: the proximal steps at
 small ``μ`` need ~130-150 Newton steps of ~8 conjugate-gradient products
 each. Each Newton step costs one host read, plus one per ``_CG_CHECK`` CG
 steps.
+
+``solver="dcd"`` is LIBLINEAR's dual coordinate descent (Hsieh et al. 2008) on
+``min ½αᵀ(Q + diag D)α − Σα, 0 ≤ α ≤ U`` (hinge: ``U = C, D = 0``; squared
+hinge: ``U = ∞, D = 1/(2C)``), one subproblem after the other, with a random
+permutation of the active coordinates per epoch (from ``random_state``),
+LIBLINEAR's shrinking and its stopping rule: the spread ``max PG − min PG`` of
+the projected gradients seen in an epoch is at most ``tol`` with every
+coordinate active. It is **blocked**: the permuted coordinates are taken
+``q = 128`` at a time; one product gives the block's Gram ``X_B X_Bᵀ`` and
+margins ``X_B w``, downloaded together (the one sync per block); the q scalar
+updates run on the host in exact DCD order, each updating the block's margins
+with a Gram column (``_dcd_block``, the sequential core, as SMO's subproblem);
+then ``Δα∘y`` goes up once and ``w += X_Bᵀ(Δα∘y)`` runs on the device. The
+iterates equal one-coordinate-at-a-time DCD's (up to rounding). Shrunk
+coordinates leave the active set at the end of the epoch (LIBLINEAR swaps them
+out at once, which only reorders the rest of its epoch). The Gram costs
+``q·p`` flops per coordinate, against ``2p`` for DCD itself, and the host core
+is a Python loop of q scalars per block: on a CPU this is far slower than
+LIBLINEAR's compiled loop (see the report in the linear-svc bench suite), so
+it is not the default for either loss.
 """
 
 from __future__ import annotations
@@ -63,7 +85,7 @@ from xpml.exceptions import ConvergenceWarning, warn
 from xpml.utils._array_api import device, eps
 from xpml.utils._math import psd_lstsq
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import decode_labels
+from xpml.utils.validation import check_random_state, decode_labels
 
 __all__ = ["LinearSVC"]
 
@@ -389,6 +411,145 @@ def _solve_hinge(loss, tol, max_iter, /, *, xp):
     return Wd, alpha, zero_D, total, converged
 
 
+@dataclasses.dataclass(frozen=True)
+class _DCDOptions:
+    """Settings of the blocked dual coordinate descent."""
+
+    tol: float
+    max_iter: int  # epochs (LIBLINEAR's meaning)
+    block: int = 128  # coordinates per GEMM block
+    shrinking: bool = True
+
+
+@dataclasses.dataclass
+class _DCDProblem:
+    """One binary subproblem on the host side: labels, box, diagonal, ``Q̄ᵢᵢ``."""
+
+    y: Any  # (n,) ±1
+    U: Any  # (n,) upper bounds (C or inf)
+    Dg: Any  # (n,) diagonal added to Q
+    qd: Any  # (n,) ‖xᵢ‖² + Dᵢ
+    alpha: Any  # (n,) the dual iterate
+
+
+def _dcd_block(KM, prob, idx, bounds, /):
+    """The sequential core: DCD's q coordinate updates of one block, in order,
+    on the host. ``KM = [K | m]`` is the block's Gram ``xᵢ·xⱼ`` beside its
+    margins ``xᵢ·w``; the margins follow each update through a Gram column,
+    so the iterates equal unblocked DCD's. ``bounds = (PGmin_old, PGmax_old)``
+    shrink coordinates stuck at a bound. Returns the new ``α_B``, the kept
+    mask and the block's largest and smallest projected gradients."""
+    q = idx.shape[0]
+    K, m = KM[:, :q], KM[:, q].copy()
+    lo, hi = bounds
+    a, y = prob.alpha[idx].tolist(), prob.y[idx].tolist()
+    U, Dg, qd = prob.U[idx].tolist(), prob.Dg[idx].tolist(), prob.qd[idx].tolist()
+    keep = [True] * q
+    pgmax, pgmin = -np.inf, np.inf
+    for j in range(q):  # the q scalars of one block, not the samples
+        aj = a[j]
+        G = y[j] * float(m[j]) - 1.0 + Dg[j] * aj
+        PG = G
+        if aj == 0.0:
+            if G > hi:
+                keep[j] = False
+                continue
+            PG = min(G, 0.0)
+        elif aj >= U[j]:
+            if G < lo:
+                keep[j] = False
+                continue
+            PG = max(G, 0.0)
+        pgmax, pgmin = max(pgmax, PG), min(pgmin, PG)
+        if abs(PG) > 1e-12:
+            new = min(max(aj - G / qd[j], 0.0), U[j])
+            if new != aj:
+                m += ((new - aj) * y[j]) * K[j]
+                a[j] = new
+    return np.asarray(a), np.asarray(keep), pgmax, pgmin
+
+
+def _dcd_epoch(Z, w, prob, perm, ctx, /):
+    """One pass over ``perm`` in blocks: a GEMM for ``[K | m]``, one download,
+    the host core, one upload of ``Δα∘y`` and ``w += Z_Bᵀ(Δα∘y)``."""
+    xp, opts, bounds = ctx["xp"], ctx["opts"], ctx["bounds"]
+    perm_d = xp.asarray(perm, device=device(Z))  # one upload per epoch
+    keep, pgmax, pgmin = [], -np.inf, np.inf
+    n_perm = perm.shape[0]
+    for s in range(0, n_perm, opts.block):
+        stop = min(s + opts.block, n_perm)
+        idx = perm[s:stop]
+        ZB = xp.take(Z, perm_d[s:stop], axis=0)
+        KM = to_numpy(xp.concat([ZB @ ZB.T, (ZB @ w)[:, None]], axis=1))
+        if not np.all(np.isfinite(KM)):
+            return None
+        a_new, kept, bmax, bmin = _dcd_block(KM, prob, idx, bounds)
+        keep.append(kept)
+        pgmax, pgmin = max(pgmax, bmax), min(pgmin, bmin)
+        delta = (a_new - prob.alpha[idx]) * prob.y[idx]
+        if np.any(delta != 0.0):
+            dy = xp.asarray(delta, dtype=Z.dtype, device=device(Z))
+            w = w + dy @ ZB
+            prob.alpha[idx] = a_new
+    keep = np.concatenate(keep) if keep else np.zeros(0, dtype=bool)
+    return w, keep, pgmax, pgmin
+
+
+def _dcd_subproblem(Z, prob, opts, rng, /, *, xp):
+    """LIBLINEAR's DCD with shrinking on one binary problem; returns ``w``,
+    the epochs run and whether the spread ``max PG − min PG`` reached ``tol``
+    with every coordinate active."""
+    eligible = np.flatnonzero(prob.U > 0.0)  # zero cost pins αᵢ = 0
+    active = eligible
+    w = xp.zeros((Z.shape[1],), dtype=Z.dtype, device=device(Z))
+    ctx = {"xp": xp, "opts": opts, "bounds": (-np.inf, np.inf)}
+    for epoch in range(1, opts.max_iter + 1):
+        perm = rng.permutation(active)
+        out = _dcd_epoch(Z, w, prob, perm, ctx)
+        if out is None:
+            return None, epoch, False
+        w, keep, pgmax, pgmin = out
+        active = np.sort(perm[keep])
+        if pgmax - pgmin <= opts.tol:
+            if active.shape[0] == eligible.shape[0]:
+                return w, epoch, True
+            active, ctx["bounds"] = eligible, (-np.inf, np.inf)
+            continue
+        if opts.shrinking:
+            ctx["bounds"] = (
+                pgmin if pgmin < 0.0 else -np.inf,
+                pgmax if pgmax > 0.0 else np.inf,
+            )
+    return w, opts.max_iter, False
+
+
+def _solve_dcd(loss, opts, rng, /, *, xp):
+    """Blocked dual coordinate descent on each one-vs-rest subproblem."""
+    Y, C = to_numpy(loss.Y).astype(np.float64), to_numpy(loss.C).astype(np.float64)
+    sq = to_numpy(xp.sum(loss.Z * loss.Z, axis=1)).astype(np.float64)
+    hinge = loss.kind == "hinge"
+    Ws, alphas, epochs, converged = [], [], 0, True
+    for r in range(Y.shape[1]):  # one-vs-rest subproblems, not samples
+        c = C[:, r]
+        if hinge:
+            U, Dg = c.copy(), np.zeros_like(c)
+        else:
+            pos = c > 0.0
+            U = np.where(pos, np.inf, 0.0)
+            Dg = np.where(pos, 0.5 / np.where(pos, c, 1.0), 0.0)
+        prob = _DCDProblem(Y[:, r], U, Dg, sq + Dg, np.zeros_like(c))
+        w, it, ok = _dcd_subproblem(loss.Z, prob, opts, rng, xp=xp)
+        if w is None:
+            _raise_non_finite(loss, xp=xp)
+        Ws.append(w)
+        alphas.append(prob.alpha)
+        epochs, converged = max(epochs, it), converged and ok
+    dev = device(loss.Z)
+    alpha = xp.asarray(np.stack(alphas, axis=1), dtype=loss.Z.dtype, device=dev)
+    D = xp.zeros_like(loss.C) if hinge else _squared_hinge_diag(loss.C, xp=xp)
+    return xp.stack(Ws, axis=0), alpha, D, epochs, converged
+
+
 def _objectives(loss, W, alpha, D, /, *, xp):
     """Primal ``½‖w‖² + Σ Cᵢ ξᵢ^p`` at ``W`` and dual ``Σα − ½‖Σαyx‖² − ½ΣDα²``."""
     margin = loss.Y * (loss.Z @ W.T)
@@ -477,9 +638,18 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Multiplies ``C`` for the samples of each class (of the positive class
         only in a one-vs-rest subproblem with more than two classes).
     max_iter : int, default=1000
-        Maximum number of Newton steps (over all proximal steps for the hinge).
-    random_state : ignored
-        Kept for scikit-learn compatibility; the solvers are deterministic.
+        Maximum number of Newton steps (over all proximal steps for the hinge),
+        or of epochs per subproblem for ``solver="dcd"``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the coordinate permutations of ``solver="dcd"``; the Newton
+        solvers are deterministic and ignore it.
+    solver : {"newton", "dcd"}, default="newton"
+        "newton": trust-region Newton on the primal (squared hinge) or
+        proximal-point Newton on the dual (hinge), whole-array steps.
+        "dcd": LIBLINEAR's dual coordinate descent, blocked (see the module
+        docstring); ``dual=False`` raises with it. Both learn the intercept
+        through the augmented feature, so it is regularised as in LIBLINEAR
+        and scikit-learn's LinearSVC.
 
     Attributes
     ----------
@@ -488,7 +658,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Zeros when ``fit_intercept=False``.
     classes_ : array of shape (n_classes,)
     n_iter_ : int
-        Newton steps run (all subproblems advance together).
+        Newton steps run (all subproblems advance together), or for
+        ``solver="dcd"`` the most epochs any subproblem ran.
     dual_coef_ : array of shape (n_samples,) or (n_samples, n_classes)
         ``αᵢyᵢ`` of each subproblem (labels ``±1``); for the hinge loss
         ``w = Σᵢ dual_coef_[i] xᵢ`` over the (augmented) samples exactly, for
@@ -537,6 +708,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         "class_weight": [dict, Options("balanced"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
+        "solver": [Options("newton", "dcd")],
     }
     _xpml_tags = {
         "test_params": {"C": 0.1, "tol": 1e-3},
@@ -560,6 +732,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         class_weight=None,
         max_iter=1000,
         random_state=None,
+        solver="newton",
     ):
         self.penalty = penalty
         self.loss = loss
@@ -572,8 +745,15 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.class_weight = class_weight
         self.max_iter = max_iter
         self.random_state = random_state
+        self.solver = solver
 
     def _use_dual(self, n, d):
+        if self.solver == "dcd" and self.dual is False:
+            raise ValueError(
+                "dual=False is not supported with solver='dcd' (dual coordinate "
+                "descent solves the dual); use dual=True or 'auto', or "
+                "solver='newton'"
+            )
         if self.loss == "hinge":
             if self.dual is False:
                 raise ValueError(
@@ -621,14 +801,19 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         dual = self._use_dual(n, d)
         loss = self._problem(X, y, sw, ctx)
         tol, max_iter = float(self.tol), int(self.max_iter)
-        if loss.kind == "hinge":
+        if self.solver == "dcd":
+            rng = check_random_state(self.random_state)
+            opts = _DCDOptions(tol, max_iter)
+            W, alpha, D, it, ok = _solve_dcd(loss, opts, rng, xp=xp)
+        elif loss.kind == "hinge":
             W, alpha, D, it, ok = _solve_hinge(loss, tol, max_iter, xp=xp)
         else:
             W, alpha, D, it, ok = _solve_squared_hinge(loss, tol, max_iter, dual, xp=xp)
         if not ok:
+            unit = "epochs" if self.solver == "dcd" else "Newton steps"
             warn(
                 ConvergenceWarning,
-                f"LinearSVC did not converge in max_iter={self.max_iter} Newton steps "
+                f"LinearSVC did not converge in max_iter={self.max_iter} {unit} "
                 f"(tol={self.tol}); increase max_iter or tol.",
             )
         self.primal_objective_, self.dual_objective_ = _objectives(
