@@ -161,6 +161,16 @@ def _test_file(spec: str) -> pathlib.Path:
     return nested if nested.exists() else root / "tests" / name  # single modules
 
 
+def _per_test_timeout() -> int:
+    """Seconds allowed per test (``XPML_COMPAT_TEST_TIMEOUT``, default 300),
+    when pytest-timeout is installed; 0 otherwise."""
+    import importlib.util
+
+    if importlib.util.find_spec("pytest_timeout") is None:
+        return 0
+    return int(os.environ.get("XPML_COMPAT_TEST_TIMEOUT", "300"))
+
+
 def _run_module(spec: str, timeout: float) -> list[dict[str, Any]]:
     """Run one scikit-learn test module with the plugin; its per-test records."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +196,9 @@ def _run_module(spec: str, timeout: float) -> list[dict[str, Any]]:
             "ignore",
             f"--rootdir={tmp}",
         ]
+        if _per_test_timeout():
+            # one slow test fails alone instead of losing the module's records
+            cmd += ["-p", "timeout", f"--timeout={_per_test_timeout()}"]
         try:
             subprocess.run(
                 cmd, env=env, capture_output=True, timeout=timeout, check=False
@@ -220,6 +233,7 @@ def run(
 
 
 _CATEGORIES = (
+    (r"Failed: Timeout", "slower than the per-test timeout"),
     (r"unexpected keyword argument '(\w+)'", "parameter not supported: {0}"),
     (r"has no attribute '(tree_|_\w+)'", "scikit-learn internals: {0}"),
     (r"has no attribute '(\w+_)'", "fitted attribute not provided: {0}"),
