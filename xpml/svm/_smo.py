@@ -1150,5 +1150,6 @@ def _objectives(alpha, v, y, C, rho, *, xp):
     dual = float(xp.sum(alpha)) - 0.5 * wQw
     f = y * Qa - rho  # decision values on the training points
     xi = xp.maximum(1.0 - y * f, 0.0)
-    primal = 0.5 * wQw + float(xp.sum(C * xi))
+    # C·ξ only where ξ > 0: with C = inf (hard margin) a satisfied margin adds 0
+    primal = 0.5 * wQw + float(xp.sum(xp.where(xi > 0, C, 0.0) * xi))
     return dual, primal

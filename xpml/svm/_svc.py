@@ -7,18 +7,19 @@ import inspect
 import math
 from numbers import Integral, Real
 
+import array_api_compat
 import numpy as np
 
 from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
-from xpml.exceptions import ConvergenceWarning, warn
+from xpml.exceptions import ConvergenceWarning, not_fitted_error, warn
 from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, SMOOptions, smo_solve
 from xpml.utils._array_api import device, memory_budget
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import check_random_state, decode_labels
+from xpml.utils.validation import check_random_state, decode_labels, is_sparse
 
 __all__ = ["SVC"]
 
@@ -53,6 +54,46 @@ class _available_if:
                 f"fit with probability=True to use it"
             )
         return self.fn.__get__(obj, owner)
+
+
+_ALL_NONPOSITIVE = "Invalid input - all samples have zero or negative weights."
+_ONE_CLASS_LEFT = (
+    "Invalid input - all samples with positive weights belong to the same class"
+)
+
+
+def _clip_negative_weights(sample_weight):
+    """LIBSVM's reading of ``sample_weight`` (scikit-learn's): a sample of
+    weight ≤ 0 is left out, so a negative weight counts as 0. Returns the
+    weights with negatives set to 0, in the caller's library; anything that is
+    not a 1-D real array is returned unchanged for the common validation."""
+    if sample_weight is None or is_sparse(sample_weight):
+        return sample_weight
+    if isinstance(sample_weight, Real):
+        if sample_weight <= 0:
+            raise ValueError(
+                f"{_ALL_NONPOSITIVE} sample_weight={sample_weight} leaves no sample "
+                f"to fit; at least one weight must be > 0"
+            )
+        return sample_weight
+    try:
+        xp = array_api_compat.array_namespace(sample_weight)
+        w = sample_weight
+    except TypeError:  # a list or another sequence
+        try:
+            w = np.asarray(sample_weight)
+        except (TypeError, ValueError):
+            return sample_weight
+        xp = array_api_compat.array_namespace(w)
+    real = ("real floating", "signed integer", "unsigned integer")
+    if len(w.shape) != 1 or not xp.isdtype(w.dtype, real):
+        return sample_weight
+    if int(w.shape[0]) and not bool(xp.any((w > 0) | (w != w))):  # NaN: validation
+        raise ValueError(
+            f"{_ALL_NONPOSITIVE} Every entry of sample_weight is <= 0; samples of "
+            f"weight <= 0 are left out, so at least one weight must be > 0"
+        )
+    return xp.where(w < 0, xp.zeros_like(w), w)
 
 
 def _callable_kernel(f):
@@ -99,8 +140,9 @@ class SVC(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     C : float, default=1.0
-        Penalty on margin violations (> 0); per sample it is
-        ``C · class_weight[y_i] · sample_weight_i``.
+        Penalty on margin violations (> 0; ``inf`` is a hard margin, and then
+        ``primal_objective_`` is inf when any ξᵢ > 0 is left within ``tol``);
+        per sample it is ``C · class_weight[y_i] · sample_weight_i``.
     kernel : {"linear", "poly", "rbf", "sigmoid", "precomputed"} or callable, default="rbf"
         A callable is called as ``kernel(A, B, xp=xp)`` (or ``kernel(A, B)``)
         and returns the ``(len(A), len(B))`` kernel block. With
@@ -217,7 +259,7 @@ class SVC(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="neither", allow_inf=True)],
         "kernel": [Options(*_KERNELS), callable],
         "degree": [Interval(Integral, 0, None, closed="left")],
         "gamma": [Options("scale", "auto"), Interval(Real, 0, None, closed="left")],
@@ -337,6 +379,19 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         return out
 
+    def _per_sample_C(self, codes, w, cw):
+        """``C · class_weight[yᵢ] · wᵢ`` on the host; 0 (sample left out) where
+        ``wᵢ`` is 0, also with ``C = inf``."""
+        w = np.asarray(w, dtype=np.float64)
+        Cs = np.zeros(w.shape[0])
+        Cs[w > 0] = float(self.C) * cw[codes[w > 0]] * w[w > 0]
+        if np.unique(codes[Cs > 0]).shape[0] < 2:
+            raise ValueError(
+                f"{_ONE_CLASS_LEFT}: samples of weight <= 0 are left out, and those "
+                f"left are all of one class; sample_weight must leave two classes"
+            )
+        return Cs
+
     def _solve_pair(self, data, idx, ypm, Cvec, *, xp, label):
         """One binary dual on the samples ``idx`` (host ints) of ``data``
         (a :class:`_FitData`); returns the result."""
@@ -371,9 +426,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         res = smo_solve(rows, yC[0, :], yC[1, :], xp=xp, options=options)
         if not (math.isfinite(res.rho) and math.isfinite(res.dual)):
             raise ValueError(
-                "SVC cannot be fitted: the kernel values are not finite (they "
-                "overflow), so the dual coefficients and the intercept would be "
-                "NaN. Scale X (e.g. with StandardScaler) or lower gamma / degree / "
+                "The dual coefficients or intercepts are not finite: the kernel "
+                "values overflow, so SVC cannot be fitted. Scale X (e.g. with StandardScaler) or lower gamma / degree / "
                 "coef0."
             )
         return res
@@ -389,9 +443,18 @@ class SVC(ClassifierMixin, BaseEstimator):
         X : array (n, d), or (n, n) Gram matrix for ``kernel="precomputed"``
         y : array (n,) of class labels
         sample_weight : array (n,), optional
-            Multiplies ``C`` per sample; zero-weight samples are left out.
+            Multiplies ``C`` per sample; samples of weight ≤ 0 are left out
+            (LIBSVM's and scikit-learn's reading of a negative weight).
         """
+        if self.kernel == "precomputed" and is_sparse(X):
+            raise TypeError(
+                "Sparse precomputed kernels are not supported: X is a SciPy sparse "
+                f"{type(X).__name__}; pass the Gram matrix as a dense array"
+            )
+        fit_sparse = is_sparse(X)
+        sample_weight = _clip_negative_weights(sample_weight)
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
+        self._fit_sparse = fit_sparse
         xp = ctx.xp
         n = int(X.shape[0])
         if self.kernel == "precomputed" and int(X.shape[1]) != n:
@@ -404,7 +467,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         codes = to_numpy(y).astype(np.int64)
         k = int(self.classes_.shape[0])
         cw = self._class_weights(codes, k)
-        Cs = float(self.C) * cw[codes] * to_numpy(sw).astype(np.float64)
+        Cs = self._per_sample_C(codes, to_numpy(sw), cw)
         K = X if self.kernel == "precomputed" else None
         data = _FitData(X, K, kspec)
         pairs = _pairs(k)
@@ -430,10 +493,11 @@ class SVC(ClassifierMixin, BaseEstimator):
         if not all(r.converged for r in results):
             warn(
                 ConvergenceWarning,
-                f"Solver terminated early (max_iter={self.max_iter}, or no progress at the "
-                f"floating-point floor) with KKT violation "
-                f"{max(r.gap for r in results):.3g} > tol={self.tol}. Consider "
-                f"pre-processing your data with StandardScaler or raising max_iter.",
+                f"Solver terminated early (max_iter={self.max_iter}).  Consider "
+                f"pre-processing your data with StandardScaler or MinMaxScaler. "
+                f"(The KKT violation is {max(r.gap for r in results):.3g} > "
+                f"tol={self.tol}: max_iter was reached, or the solver made no "
+                f"progress at the floating-point floor; raise max_iter.)",
             )
         return self._fitted(ctx)
 
@@ -529,6 +593,18 @@ class SVC(ClassifierMixin, BaseEstimator):
         return xp.stack(rows, axis=0)
 
     # ----------------------------------------------------------- decisions
+    def _validate_predict_data(self, X, **kwargs):
+        """The common checks, and scikit-learn's refusal of a sparse ``X`` for
+        a model fitted on dense data (its kernel would see other inputs)."""
+        fit_sparse = getattr(self, "_fit_sparse", True)  # unfitted: base raises
+        if is_sparse(X) and not fit_sparse and not callable(self.kernel):
+            raise ValueError(
+                f"cannot use sparse input in {type(self).__name__!r} trained on dense "
+                f"data: X is a SciPy sparse {type(X).__name__}; pass a dense array, "
+                f"or fit on sparse X"
+            )
+        return super()._validate_predict_data(X, **kwargs)
+
     def _kernel_blocks_to_sv(self, X, ctx):
         """Yield ``(start, stop, K(X[start:stop], support vectors))``: row blocks
         of about ``_PREDICT_BLOCK_BYTES``, so ``n × n_SV`` is never held whole."""
@@ -636,6 +712,11 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: ArrayLike) -> Array:
         """Class labels: the one-vs-one vote (ties go to the lower class index)."""
+        if self.break_ties and self.decision_function_shape == "ovo":
+            raise ValueError(
+                "break_ties must be False when decision_function_shape is 'ovo': "
+                "ties are broken on the one-vs-rest scores"
+            )
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         raw = self._raw_decision(X, ctx)
@@ -716,8 +797,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         pairwise coupling with more than two classes). Needs ``probability=True``."""
         ctx, X = self._validate_predict_data(X)
         if not hasattr(self, "probA_"):
-            raise AttributeError(
-                "predict_proba needs a model fitted with probability=True"
+            raise not_fitted_error(
+                "predict_proba is not available when fitted with probability=False; "
+                "fit again with probability=True to use it"
             )
         xp = ctx.xp
         raw = self._raw_decision(X, ctx)
