@@ -1,6 +1,8 @@
 """KMeans against scikit-learn's Lloyd, AgglomerativeClustering against SciPy's
 linkage, and both across array libraries."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,24 @@ def test_fewer_distinct_points_than_clusters_warns_as_sklearn():
         km = KMeans(5, init=X).fit(X)
     assert km.n_iter_ == 1
     np.testing.assert_array_equal(km.cluster_centers_, X)
+
+
+def test_sklearn_only_parameters_and_feature_names(rng):
+    from sklearn.cluster import KMeans as SkKMeans
+
+    X = rng.standard_normal((40, 3))
+    X_before = X.copy()
+    km = KMeans(3, n_init=2, random_state=0, verbose=1, copy_x=False).fit(X)
+    np.testing.assert_array_equal(X, X_before)  # copy_x=False: X still untouched
+    sk = SkKMeans(3, n_init=2, random_state=0).fit(X)
+    assert km.get_feature_names_out().tolist() == sk.get_feature_names_out().tolist()
+    assert km.get_feature_names_out().dtype == object
+    with pytest.warns(RuntimeWarning, match="performing only one init"):
+        km = KMeans(3, init=X[:3], n_init=4).fit(X)
+    assert km.n_iter_ >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        KMeans(3, init=X[:3]).fit(X)  # n_init="auto": one run, no warning
 
 
 def test_tie_keeps_previous_cluster():

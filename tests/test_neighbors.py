@@ -617,3 +617,21 @@ def test_kd_tree_search_is_exact_in_chunks_and_far_queries(p, rng):
         old = {key: v for key, v in tree.items() if not key.startswith("node_")}
         d, i = _exact_kd_search(old, X, Q, k, p=p)
         np.testing.assert_array_equal(i, want_i)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_single_class_as_sklearn(xp, rng, weights):
+    from sklearn.neighbors import KNeighborsClassifier as SkKNN
+
+    X = rng.standard_normal((12, 2))
+    Q = rng.standard_normal((5, 2))
+    y = np.full(12, 7)
+    sk = SkKNN(3, weights=weights).fit(X, y)
+    clf = KNeighborsClassifier(3, weights=weights).fit(xp.asarray(X), xp.asarray(y))
+    np.testing.assert_array_equal(xp.to_numpy(clf.classes_), sk.classes_)
+    np.testing.assert_array_equal(
+        xp.to_numpy(clf.predict(xp.asarray(Q))), sk.predict(Q)
+    )
+    proba = xp.to_numpy(clf.predict_proba(xp.asarray(Q)))
+    np.testing.assert_allclose(proba, sk.predict_proba(Q))
+    assert proba.shape == (5, 1)

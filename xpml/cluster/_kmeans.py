@@ -401,6 +401,12 @@ array (n_clusters, n_features)
         iterations too (the same answer: Elkan's triangle-inequality bounds only
         skip distance computations, which on a GPU or a BLAS cost less than the
         bookkeeping).
+    verbose : int, default=0
+        Accepted for scikit-learn compatibility; nothing is printed.
+    copy_x : bool, default=True
+        Accepted for scikit-learn compatibility: xpml never modifies ``X``
+        (scikit-learn centres it in place when ``copy_x=False``), so both
+        values behave alike.
 
     Attributes
     ----------
@@ -442,6 +448,8 @@ array (n_clusters, n_features)
         "n_init": [Options("auto"), Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "verbose": ["boolean", Interval(Integral, 0, None, closed="left")],
+        "copy_x": ["boolean"],
     }
     _xpml_tags = {
         "data": "unsupervised",
@@ -464,6 +472,8 @@ array (n_clusters, n_features)
         random_state=None,
         memory_budget=None,
         algorithm="lloyd",
+        verbose=0,
+        copy_x=True,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -473,6 +483,8 @@ array (n_clusters, n_features)
         self.random_state = random_state
         self.memory_budget = memory_budget
         self.algorithm = algorithm
+        self.verbose = verbose
+        self.copy_x = copy_x
 
     def fit(
         self,
@@ -508,10 +520,23 @@ array (n_clusters, n_features)
         self.n_iter_ = n_iter
         return self._fitted(ctx)
 
+    def get_feature_names_out(self, input_features=None):
+        """``kmeans0``, ``kmeans1``, ... one per cluster (the columns of
+        :meth:`transform`)."""
+        from xpml.kernel_approximation import _class_prefix_names
+
+        return _class_prefix_names(self, "cluster_centers_")
+
     def _given_centres(self, X, ctx):
         """``init`` as an array of centres on the compute device, or None."""
         if isinstance(self.init, str) or callable(self.init):
             return None
+        if self.n_init not in ("auto", 1):  # scikit-learn's warning, one run
+            warn(
+                RuntimeWarning,
+                "Explicit initial center position passed: performing only one "
+                f"init in KMeans instead of n_init={self.n_init}.",
+            )
         return self._centres_on_device(self.init, X, ctx, "init array")
 
     def _centres_on_device(self, centres, X, ctx, what):

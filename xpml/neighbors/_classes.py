@@ -659,9 +659,12 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
             self.outputs_2d_ = True
             self._state_fit_y = ctx.xp.astype(Y, ctx.xp.int64)
         else:
-            ctx, X, y = self._validate_X(X, y, fit=True, target="classes")
+            # one class is allowed (as in scikit-learn: every prediction is it)
+            classes, codes = encode_labels(y, name="y", min_classes=1)
+            ctx, X, y = self._validate_X(X, codes, fit=True, target="multi")
+            self.classes_ = classes
             self.outputs_2d_ = False
-            self._state_fit_y = y
+            self._state_fit_y = ctx.xp.astype(y, ctx.xp.int64)
         self._fit_X(ctx, X)
         return self._fitted(ctx)
 
