@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from numbers import Integral
 from typing import Any
 
@@ -95,7 +96,47 @@ class _BaseBagging(BaseEstimator):
         "n_jobs": [Interval(Integral, None, -1), Interval(Integral, 1, None), None],
         "random_state": ["random_state"],
         "progress": ["boolean"],
+        "warm_start": ["boolean"],
     }
+
+    # ------------------------------------------- scikit-learn's ensemble API
+    def __len__(self) -> int:
+        """Number of fitted members (``len(ensemble)``, as scikit-learn)."""
+        check_is_fitted(self, "estimators_")
+        return len(self.estimators_)
+
+    def __getitem__(self, index):
+        """Fitted member(s) ``estimators_[index]``."""
+        check_is_fitted(self, "estimators_")
+        return self.estimators_[index]
+
+    def __iter__(self):
+        """The fitted members, in order."""
+        check_is_fitted(self, "estimators_")
+        return iter(self.estimators_)
+
+    @property
+    def estimator_(self):
+        """The template every member is cloned from (after ``fit``)."""
+        check_is_fitted(self, "estimators_")
+        return self._template()
+
+    @property
+    def estimators_samples_(self):
+        """Rows drawn for each member, repeats included (scikit-learn's
+        meaning): a list of int32 index arrays in the inputs' library,
+        regenerated from the members' seeds (nothing is kept per row)."""
+        check_is_fitted(self, "estimators_")
+        from array_api_compat import array_namespace
+
+        draws, ref = self._draws, self.estimators_features_[0]
+        xp, n = array_namespace(ref), draws["n"]
+        rows = np.arange(n, dtype=np.int32)
+        out = []
+        for s in draws["seeds"]:
+            counts, _ = _bootstrap_counts(n, draws["n_draw"], draws["bootstrap"], s)
+            out.append(xp.asarray(np.repeat(rows, counts), device=device(ref)))
+        return out
 
     def _n_draw(self, n):
         ms = self.max_samples
@@ -131,25 +172,79 @@ class _BaseBagging(BaseEstimator):
             )
         n = int(X.shape[0])
         K = int(self.classes_.shape[0]) if clf else 0
+        kept = self._kept_members()
         seeds = check_random_state(self.random_state).integers(
             0, 2**31 - 1, size=self.n_estimators
         )
+        if kept:  # the kept members' own seeds (random_state may be None)
+            seeds[: len(kept)] = self._draws["seeds"][: len(kept)]
         draws = [
             _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
         ]
         job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
+        self._draws = {
+            "seeds": [int(s) for s in seeds],
+            "n": n,
+            "n_draw": self._n_draw(n),
+            "bootstrap": bool(self.bootstrap),
+        }
         self._set_features(int(X.shape[1]), seeds, ctx)
-        bar = progress_bar(self.progress, self.n_estimators, type(self).__name__)
-        template = self._template()
-        if isinstance(template, _BaseDecisionTree) and not self._subsets:
-            self.estimators_ = self._grow_trees(job, template, bar)
-        else:
-            self.estimators_ = self._fit_members(job, template, bar, sample_weight)
-        if bar is not None:
-            bar.close()
-        if self.oob_score:
+        new = self._fit_new(job, kept, sample_weight)
+        self.estimators_ = kept + new
+        if self.oob_score and (new or not hasattr(self, "oob_score_")):
             self._set_oob(X, y, job.counts == 0, ctx, K)
         return self._fitted(ctx)
+
+    def _kept_members(self):
+        """``warm_start``: the members of the previous fit, kept (scikit-learn's
+        rules: fewer ``n_estimators`` than members is an error, as many only
+        warns); ``[]`` otherwise. Member ``t``'s seed is the ``t``-th draw of
+        ``random_state`` either way, so an int seed grows the same ensemble
+        in one fit or several. Scores of an earlier fit go unless
+        ``oob_score`` (bagging refuses ``oob_score`` with ``warm_start``, as
+        scikit-learn)."""
+        if not self.oob_score:
+            for name in ("oob_score_", "oob_decision_function_", "oob_prediction_"):
+                self.__dict__.pop(name, None)
+        elif self.warm_start and isinstance(self, _Bagging):
+            raise ValueError(
+                "oob_score=True is not available with warm_start=True for bagging "
+                "(scikit-learn's rule); set one of them to False"
+            )
+        if not self.warm_start or not hasattr(self, "estimators_"):
+            return []
+        kept = list(self.estimators_)
+        if self.n_estimators < len(kept):
+            raise ValueError(
+                f"n_estimators={self.n_estimators} must be larger or equal to "
+                f"len(estimators_)={len(kept)} when warm_start==True"
+            )
+        if self.n_estimators == len(kept):
+            warnings.warn(
+                "Warm-start fitting without increasing n_estimators does not "
+                "fit new trees.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return kept
+
+    def _fit_new(self, job, kept, sample_weight):
+        """Fit the members after the ``len(kept)`` kept ones."""
+        first = len(kept)
+        if first == len(job.seeds):
+            return []
+        bar = progress_bar(self.progress, len(job.seeds) - first, type(self).__name__)
+        template = self._template()
+        if isinstance(template, _BaseDecisionTree) and not self._subsets:
+            tail = dataclasses.replace(
+                job, seeds=job.seeds[first:], draws=job.draws[first:]
+            )
+            new = self._grow_trees(tail, template, bar)
+        else:
+            new = self._fit_members(job, template, bar, sample_weight, first=first)
+        if bar is not None:
+            bar.close()
+        return new
 
     def _grow_trees(self, job, template, bar):
         """Grow the trees in groups of ``_GROUP``, level by level; keep them
@@ -234,7 +329,7 @@ class _BaseBagging(BaseEstimator):
         cols = ctx.take(self.estimators_features_[t])
         return Training(ctx, xp.take(data.X, cols, axis=1), data.y)
 
-    def _fit_members(self, job, template, bar, sample_weight):
+    def _fit_members(self, job, template, bar, sample_weight, *, first=0):
         """Fit any estimator: bootstrap counts as sample weights where ``fit``
         takes them, else the drawn rows."""
         xp, dev = job.data.ctx.xp, job.data.ctx.device
@@ -257,7 +352,7 @@ class _BaseBagging(BaseEstimator):
             return fit_member(est, data, rows=rows)
 
         return parallel_map(
-            work, list(range(len(job.seeds))), n_jobs=self.n_jobs, progress=bar
+            work, list(range(first, len(job.seeds))), n_jobs=self.n_jobs, progress=bar
         )
 
     @property
@@ -342,6 +437,19 @@ class _BaseBagging(BaseEstimator):
 
 
 class _BaggingClassifierMixin(ClassifierMixin):
+    @property
+    def n_classes_(self) -> int:
+        """Number of classes."""
+        check_is_fitted(self, "classes_")
+        return int(self.classes_.shape[0])
+
+    def predict_log_proba(self, X: ArrayLike) -> Array:
+        """Logarithm of :meth:`predict_proba` (``-inf`` where no member votes)."""
+        from array_api_compat import array_namespace
+
+        P = self.predict_proba(X)
+        return array_namespace(P).log(P)
+
     def predict_proba(self, X: ArrayLike) -> Array:
         """Mean of the members' class probabilities, shape (n, K)."""
         ctx, X = self._validate_predict_data(X)
@@ -387,6 +495,9 @@ _BAGGING_DOC_PARAMS = """
         One seed per member is drawn from it on the host; member ``t``'s
         bootstrap and feature subsets come from its seed, so a seed gives the
         same ensemble on every backend and for every ``n_jobs``.
+    warm_start : bool, default=False
+        A later ``fit`` keeps the fitted members and adds members up to
+        ``n_estimators`` (fewer is an error, as many warns and fits nothing).
     progress : bool, default=False
         Show a progress bar (tqdm when installed, else a counter on stderr).
 """
@@ -429,6 +540,7 @@ class _Bagging(_BaseBagging):
         oob_score=False,
         n_jobs=None,
         random_state=None,
+        warm_start=False,
         progress=False,
     ):
         self.estimator = estimator
@@ -440,6 +552,7 @@ class _Bagging(_BaseBagging):
         self.oob_score = oob_score
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.warm_start = warm_start
         self.progress = progress
 
 
@@ -486,6 +599,26 @@ class BaggingClassifier(_BaggingClassifierMixin, _Bagging):
     def _template(self):
         return DecisionTreeClassifier() if self.estimator is None else self.estimator
 
+    @property
+    def decision_function(self):
+        """Mean of the members' ``decision_function`` (each on its own
+        columns), as scikit-learn; only when the estimator has one."""
+        if not hasattr(self._template(), "decision_function"):
+            raise AttributeError(
+                f"decision_function is not available: the estimator "
+                f"{type(self._template()).__name__} has no decision_function"
+            )
+        return self._mean_decision
+
+    def _mean_decision(self, X: ArrayLike) -> Array:
+        ctx, X = self._validate_predict_data(X)
+        xp, data, total = ctx.xp, Training(ctx, X), None
+        for t, m in enumerate(self.estimators_):
+            out = member_predict(m, self._columns(data, t), "decision_function")
+            out = xp.astype(out, X.dtype)
+            total = out if total is None else total + out
+        return ctx.out(total / len(self.estimators_))
+
 
 class BaggingRegressor(_BaggingRegressorMixin, _Bagging):
     __doc__ = (
@@ -531,11 +664,12 @@ _FOREST_TREE_PARAMS = (
     "min_weight_fraction_leaf",
     "min_impurity_decrease",
     "max_features",
+    "max_leaf_nodes",
 )
 
 _FOREST_DOC_PARAMS = """
     max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
-min_impurity_decrease
+min_impurity_decrease, max_leaf_nodes
         Passed to every tree (see :class:`~xpml.tree.DecisionTreeClassifier`).
     bootstrap : bool, default=True
     oob_score : bool, default=False
@@ -547,6 +681,9 @@ min_impurity_decrease
         One seed per tree, drawn on the host: tree ``t`` (bootstrap and node
         feature subsets) depends only on its seed, so a seed gives the same
         forest on every backend and for every ``n_jobs``.
+    warm_start : bool, default=False
+        A later ``fit`` keeps the fitted trees and grows more up to
+        ``n_estimators`` (fewer is an error, as many warns and grows nothing).
     progress : bool, default=False
         Show a progress bar (tqdm when installed).
 """
@@ -554,6 +691,12 @@ min_impurity_decrease
 
 class _ForestMixin:
     """What forests add to bagged trees."""
+
+    @property
+    def estimator(self):
+        """The tree template (scikit-learn's forests hold a plain tree here;
+        the forest's tree parameters are in :attr:`estimator_`)."""
+        return type(self._template())()
 
     def apply(self, X: ArrayLike) -> Array:
         """Leaf reached by every row of ``X`` in every tree, in each tree's own
@@ -632,11 +775,13 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
         min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         max_features="sqrt",
+        max_leaf_nodes=None,
         bootstrap=True,
         oob_score=False,
         max_samples=None,
         n_jobs=None,
         random_state=None,
+        warm_start=False,
         progress=False,
     ):
         self.n_estimators = n_estimators
@@ -647,11 +792,13 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
         self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
+        self.max_leaf_nodes = max_leaf_nodes
         self.bootstrap = bootstrap
         self.oob_score = oob_score
         self.max_samples = max_samples
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.warm_start = warm_start
         self.progress = progress
 
     def _template(self):
@@ -718,11 +865,13 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
         min_weight_fraction_leaf=0.0,
         min_impurity_decrease=0.0,
         max_features=1.0,
+        max_leaf_nodes=None,
         bootstrap=True,
         oob_score=False,
         max_samples=None,
         n_jobs=None,
         random_state=None,
+        warm_start=False,
         progress=False,
     ):
         self.n_estimators = n_estimators
@@ -733,11 +882,13 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
         self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
+        self.max_leaf_nodes = max_leaf_nodes
         self.bootstrap = bootstrap
         self.oob_score = oob_score
         self.max_samples = max_samples
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.warm_start = warm_start
         self.progress = progress
 
     def _template(self):

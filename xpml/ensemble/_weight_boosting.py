@@ -181,11 +181,7 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         # trees' samples are found once, not every round
         positive = xp.nonzero(sw > 0)[0]
         data = _Rounds(ctx, X, y, classes=self.classes_, K=K, positive=positive)
-        template = (
-            DecisionTreeClassifier(max_depth=1)
-            if self.estimator is None
-            else self.estimator
-        )
+        template = self._template()
         seeds = check_random_state(self.random_state).integers(
             0, 2**31 - 1, size=self.n_estimators
         )
@@ -292,6 +288,15 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
             return S[:, 1] - S[:, 0]
         return S
 
+    def _proba(self, V, xp):
+        """scikit-learn's SAMME probabilities from the normalised votes ``V``."""
+        D = self._decision(V)
+        if len(D.shape) == 1:
+            D = xp.stack([-D / 2, D / 2], axis=1)
+        else:
+            D = D / (int(D.shape[1]) - 1)
+        return softmax(D, xp=xp, axis=1)
+
     def predict(self, X: ArrayLike) -> Array:
         """The class with the largest weighted vote."""
         ctx, X = self._validate_predict_data(X)
@@ -303,19 +308,72 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         """scikit-learn's SAMME probabilities: softmax of the decision scores
         / (K − 1) (for two classes, of ``±decision/2``)."""
         ctx, X = self._validate_predict_data(X)
-        xp = ctx.xp
-        D = self._decision(self._votes(ctx, X))
-        if len(D.shape) == 1:
-            D = xp.stack([-D / 2, D / 2], axis=1)
-        else:
-            D = D / (int(D.shape[1]) - 1)
-        return ctx.out(softmax(D, xp=xp, axis=1))
+        return ctx.out(self._proba(self._votes(ctx, X), ctx.xp))
+
+    def predict_log_proba(self, X: ArrayLike) -> Array:
+        """Logarithm of :meth:`predict_proba`."""
+        ctx, X = self._validate_predict_data(X)
+        return ctx.out(ctx.xp.log(self._proba(self._votes(ctx, X), ctx.xp)))
 
     def staged_predict(self, X):
         """Predictions after each boosting round (a generator)."""
         ctx, X = self._validate_predict_data(X)
         for F in self._staged_votes(ctx, X):
             yield decode_labels(self.classes_, ctx.xp.argmax(F, axis=1), ctx)
+
+    def staged_decision_function(self, X: ArrayLike):
+        """:meth:`decision_function` after each boosting round (a generator)."""
+        ctx, X = self._validate_predict_data(X)
+        for F in self._staged_votes(ctx, X):
+            yield ctx.out(self._decision(F))
+
+    def staged_predict_proba(self, X: ArrayLike):
+        """:meth:`predict_proba` after each boosting round (a generator)."""
+        ctx, X = self._validate_predict_data(X)
+        for F in self._staged_votes(ctx, X):
+            yield ctx.out(self._proba(F, ctx.xp))
+
+    def staged_score(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ):
+        """Accuracy after each boosting round (a generator of floats)."""
+        from xpml.metrics import accuracy_score
+
+        for pred in self.staged_predict(X):
+            yield accuracy_score(y, pred, sample_weight=sample_weight)
+
+    # ------------------------------------------- scikit-learn's ensemble API
+    @property
+    def n_classes_(self) -> int:
+        """Number of classes."""
+        check_is_fitted(self, "classes_")
+        return int(self.classes_.shape[0])
+
+    @property
+    def estimator_(self):
+        """The template every member is cloned from (after ``fit``)."""
+        check_is_fitted(self, "estimators_")
+        return self._template()
+
+    def _template(self):
+        if self.estimator is None:
+            return DecisionTreeClassifier(max_depth=1)
+        return self.estimator
+
+    def __len__(self) -> int:
+        """Number of fitted members (``len(ensemble)``, as scikit-learn)."""
+        check_is_fitted(self, "estimators_")
+        return len(self.estimators_)
+
+    def __getitem__(self, index):
+        """Fitted member(s) ``estimators_[index]``."""
+        check_is_fitted(self, "estimators_")
+        return self.estimators_[index]
+
+    def __iter__(self):
+        """The fitted members, in order."""
+        check_is_fitted(self, "estimators_")
+        return iter(self.estimators_)
 
     @property
     def feature_importances_(self):
