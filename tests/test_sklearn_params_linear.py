@@ -128,6 +128,103 @@ def test_logistic_solver_rules_and_warm_start():
     assert m.n_iter_[0] <= first
 
 
+# scikit-learn's own test_max_iter patterns, per solver
+_MAX_ITER_PHRASES = [
+    ("newton-cg", "newton-cg failed to converge.* Increase the number of iterations."),
+    ("liblinear", "Liblinear failed to converge, increase the number of iterations."),
+    ("sag", "The max_iter was reached which means the coef_ did not converge"),
+    ("saga", "The max_iter was reached which means the coef_ did not converge"),
+    ("lbfgs", "lbfgs failed to converge"),
+    ("newton-cholesky", "Newton solver did not converge after [0-9]* iterations"),
+]
+
+
+@pytest.mark.parametrize("solver, phrase", _MAX_ITER_PHRASES)
+def test_logistic_convergence_warning_wording(solver, phrase):
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _iris(binary=True)
+    m = LogisticRegression(solver=solver, max_iter=1, tol=1e-15)
+    with pytest.warns(ConvergenceWarning, match=phrase) as rec:
+        m.fit(X, y)
+    assert m.n_iter_[0] == 1
+    # scikit-learn's phrase first, xpml's explanation after it
+    text = next(str(r.message) for r in rec if "xpml:" in str(r.message))
+    assert text.index("xpml:") > 0 and "max_iter=1" in text
+    with pytest.warns(ConvergenceWarning, match=phrase):  # the reference agrees
+        sk.LogisticRegression(solver=solver, max_iter=1, tol=1e-15).fit(X, y)
+
+
+def test_logistic_own_solver_warning_unchanged():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _iris(binary=True)
+    with pytest.warns(ConvergenceWarning, match="^xpml: solver='gd' did not reach"):
+        LogisticRegression(solver="gd", max_iter=2, tol=1e-15).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "kw, category, phrase",
+    [
+        ({"penalty": "l2"}, FutureWarning, "'penalty' was deprecated"),
+        ({"penalty": None}, FutureWarning, "'penalty' was deprecated"),
+        ({"l1_ratio": None}, FutureWarning, "'l1_ratio=None' was deprecated"),
+        ({"n_jobs": 1}, FutureWarning, "'n_jobs' has no effect"),
+        (
+            {"penalty": "l1", "solver": "saga", "l1_ratio": 0.5},
+            UserWarning,
+            r"l1_ratio parameter is only used when penalty is 'elasticnet'\. "
+            r"Got \(penalty=l1\)",
+        ),
+        (
+            {"penalty": "l1", "solver": "saga", "l1_ratio": 0.0},
+            UserWarning,
+            "Inconsistent values: penalty=l1 with l1_ratio=0.0",
+        ),
+        (
+            {"penalty": "l2", "solver": "saga", "l1_ratio": 1.0},
+            UserWarning,
+            "Inconsistent values: penalty=l2 with l1_ratio=1.0",
+        ),
+        ({"penalty": None, "C": 4}, UserWarning, "Setting penalty=None will ignore"),
+    ],
+)
+def test_logistic_parameter_warnings_as_sklearn(kw, category, phrase):
+    X, y = _iris(binary=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=Warning)
+        ref = sk.LogisticRegression(max_iter=10000, **kw).fit(X, y)
+        m = LogisticRegression(**kw).fit(X, y)
+    with pytest.warns(category, match=phrase):
+        LogisticRegression(**kw).fit(X, y)
+    with pytest.warns(category, match=phrase):  # the reference agrees
+        sk.LogisticRegression(max_iter=10000, **kw).fit(X, y)
+    np.testing.assert_allclose(m.coef_, ref.coef_, rtol=1e-3, atol=1e-3)
+
+
+def test_logistic_defaults_warn_nothing():
+    X, y = _iris(binary=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LogisticRegression().fit(X, y)
+        LogisticRegression(l1_ratio=1.0, solver="saga", C=0.5).fit(X, y)
+        LogisticRegression(C=np.inf).fit(X, y)
+
+
+def test_lasso_convergence_wording():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _regression(seed=2)
+    phrase = "Objective did not converge. You might want to increase the number of iterations."
+    with pytest.warns(ConvergenceWarning, match=phrase) as rec:
+        Lasso(alpha=1e-4, tol=1e-14, max_iter=1).fit(X, y)
+    assert any(
+        "xpml: Lasso did not converge in max_iter=1" in str(r.message) for r in rec
+    )
+    with pytest.warns(ConvergenceWarning, match=phrase):
+        sk.Lasso(alpha=1e-4, tol=1e-14, max_iter=1).fit(X, y)
+
+
 # --------------------------------------------------------------- perceptron
 def test_perceptron_defaults_and_stopping_equal_sklearn():
     X, y = _iris(binary=False)

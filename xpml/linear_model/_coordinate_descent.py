@@ -271,6 +271,19 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.selection = selection
 
+    def _warn_not_converged(self, gap, tol):
+        """scikit-learn's wording first (its tests and users' filters match
+        it), then xpml's explanation."""
+        warn(
+            ConvergenceWarning,
+            "Objective did not converge. You might want to increase the number of "
+            "iterations, check the scale of the features or consider increasing "
+            f"regularisation. Duality gap: {gap:.3e}, tolerance: {tol:.3e}. xpml: "
+            f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
+            "sweeps; increase max_iter or tol",
+            stacklevel=3,
+        )
+
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> Self:
@@ -318,11 +331,7 @@ class Lasso(SklearnInputMixin, RegressorMixin, BaseEstimator):
                 rng=rng,
             )
             if gap > tol_scaled:
-                warn(
-                    ConvergenceWarning,
-                    f"Lasso did not converge in max_iter={self.max_iter} sweeps: duality gap "
-                    f"{gap:.3g} > tolerance {tol_scaled:.3g}; increase max_iter or tol",
-                )
+                self._warn_not_converged(gap, tol_scaled)
             coefs.append(w)
             gaps.append(gap)
             iters.append(n_iter)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from numbers import Integral, Real
 
 from xpml._typing import Array, ArrayLike, Self
@@ -159,6 +160,36 @@ def _separated(Z, codes, sw, /, *, xp, binary):
         other = xp.max(xp.where(onehot, xp.full_like(Z, -float("inf")), Z), axis=1)
         ok = true > other
     return bool(xp.all(ok | (sw <= 0)))
+
+
+def _sklearn_convergence_phrase(solver, n_iter, max_iter):
+    """scikit-learn's convergence-warning wording for ``solver`` (what its
+    tests and users' warning filters match), ending with a newline; empty for
+    xpml's own solvers."""
+    if solver == "lbfgs":
+        return (
+            f"lbfgs failed to converge after {n_iter} iteration(s) (status=1):\n"
+            "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT\n\n"
+            "Increase the number of iterations to improve the convergence "
+            f"(max_iter={max_iter}).\n"
+        )
+    phrases = {
+        "newton-cg": f"newton-cg failed to converge after {n_iter} iteration(s). "
+        "Increase the number of iterations.",
+        "newton-cholesky": f"Newton solver did not converge after {n_iter} iterations.",
+        "liblinear": "Liblinear failed to converge, increase the number of iterations.",
+        "sag": "The max_iter was reached which means the coef_ did not converge",
+        "saga": "The max_iter was reached which means the coef_ did not converge",
+    }
+    return phrases[solver] + "\n" if solver in phrases else ""
+
+
+def _future(message):
+    warnings.warn(message, FutureWarning, stacklevel=5)
+
+
+def _user(message):
+    warnings.warn(message, UserWarning, stacklevel=5)
 
 
 class LogisticRegression(
@@ -312,6 +343,7 @@ class LogisticRegression(
         """``(penalty, l1_ratio)`` resolved as scikit-learn does, checked
         against the solver."""
         pen, r = self.penalty, self.l1_ratio
+        self._deprecation_warnings()
         if pen == "deprecated":
             r = 0.0 if r is None else float(r)
             pen = "l2" if r == 0 else ("l1" if r == 1 else "elasticnet")
@@ -335,6 +367,50 @@ class LogisticRegression(
                 f"Solver {self.solver} supports only dual=False, got dual=True"
             )
         return pen, r
+
+    def _deprecation_warnings(self):
+        """scikit-learn 1.8's FutureWarnings (``penalty``, ``l1_ratio=None``,
+        ``n_jobs``) and its UserWarnings on ``penalty`` / ``l1_ratio`` / ``C``
+        combinations one of them ignores, with scikit-learn's wording."""
+        pen, r = self.penalty, self.l1_ratio
+        if pen == "deprecated" and r is None:
+            _future(
+                "'l1_ratio=None' was deprecated in version 1.8 and will trigger "
+                "an error in 1.10. Use 0<=l1_ratio<=1 instead. xpml reads it as 0 "
+                "(L2 penalty)."
+            )
+        if pen != "deprecated":
+            _future(
+                "'penalty' was deprecated in version 1.8 and will be removed in "
+                "1.10. To avoid this warning, leave 'penalty' set to its default "
+                "value and use 'l1_ratio' or 'C' instead. Use l1_ratio=0 instead of "
+                "penalty='l2', l1_ratio=1 instead of penalty='l1', l1_ratio set to "
+                "a float between 0 and 1 instead of penalty='elasticnet', and "
+                "C=np.inf instead of penalty=None."
+            )
+        if self.n_jobs is not None:
+            _future(
+                "'n_jobs' has no effect since 1.8 and will be removed in 1.10. "
+                f"You provided 'n_jobs={self.n_jobs}', please leave it unspecified "
+                "(xpml never used it: its solvers run on the inputs' device)."
+            )
+        if pen == "deprecated":
+            pen = None if self.C == math.inf else ("elasticnet" if r and r < 1 else "")
+        if pen != "elasticnet" and r is not None and 0 < r < 1:
+            _user(
+                f"l1_ratio parameter is only used when penalty is 'elasticnet'. "
+                f"Got (penalty={pen}); l1_ratio={r} is ignored."
+            )
+        if (pen == "l2" and r != 0) or (pen == "l1" and r != 1):
+            _user(
+                f"Inconsistent values: penalty={pen} with l1_ratio={r}. penalty is "
+                "deprecated. Please use l1_ratio only. xpml follows penalty."
+            )
+        if self.penalty is None and self.C != 1.0:
+            _user(
+                "Setting penalty=None will ignore the C and l1_ratio parameters "
+                f"(C={self.C} is not used: the objective has no penalty term)."
+            )
 
     def _solver_method(self, pen, r):
         if pen in _SUPPORTS and r > 0:  # elasticnet with l1_ratio=0 is the L2 problem
@@ -425,8 +501,9 @@ class LogisticRegression(
         elif not converged:
             warn(
                 ConvergenceWarning,
-                f"solver={self.solver!r} did not reach tol={self.tol} in max_iter="
-                f"{self.max_iter} iterations; increase max_iter",
+                _sklearn_convergence_phrase(self.solver, n_iter, self.max_iter)
+                + f"xpml: solver={self.solver!r} did not reach tol={self.tol} in "
+                f"max_iter={self.max_iter} iterations; increase max_iter",
                 stacklevel=3,
             )
 
