@@ -8,6 +8,10 @@ defaults apart from the loss: ``C=1``, ``tol=1e-4``, ``max_iter=1000``,
 primal trust-region Newton solver; the hinge has only the dual, coordinate
 descent in LIBLINEAR). A LIBLINEAR fit that stops at ``max_iter`` is noted.
 
+The "dcd" cases run ``solver="dcd"`` (blocked dual coordinate descent)
+against LIBLINEAR's dual coordinate descent, ``dual=True`` on both sides, same
+``C``, ``tol`` and ``max_iter``; the note gives both epoch counts.
+
 LIBLINEAR is single-threaded, so the suite runs xpml with one BLAS thread too
 (``threadpoolctl``; ``XPML_BENCH_LINEAR_SVC_BLAS_THREADS`` changes it).
 ``DEFAULT = False``: the hinge cases at n = 100 000 take minutes.
