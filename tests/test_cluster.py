@@ -353,6 +353,19 @@ def test_agglomerative_one_host_sync_per_merge(points, linkage):
     assert c.syncs <= len(points) - 1 + 2, c.summary()
 
 
+def test_connectivity_one_host_sync_per_merge(points):
+    pytest.importorskip("torch")
+    from sklearn.neighbors import kneighbors_graph
+
+    import xpml
+    from xpml.testing import count_syncs
+
+    C = kneighbors_graph(points, 4, include_self=False)
+    with xpml.backend("torch", output="backend"), count_syncs() as c:
+        AgglomerativeClustering(3, connectivity=C, compute_full_tree=True).fit(points)
+    assert c.syncs <= len(points) - 1 + 3, c.summary()
+
+
 def test_dendrogram_draws_from_linkage_matrix(points):
     from scipy.cluster.hierarchy import dendrogram
 
@@ -389,3 +402,58 @@ def test_agglomerative_backends_give_numpy_results(xp, points, linkage):
     np.testing.assert_array_equal(Z[:, [0, 1, 3]], ref.linkage_matrix_[:, [0, 1, 3]])
     np.testing.assert_allclose(Z[:, 2], ref.linkage_matrix_[:, 2], atol=1e-10)
     np.testing.assert_array_equal(xp.to_numpy(est.labels_), ref.labels_)
+
+
+@pytest.mark.parametrize("linkage", ["ward", "average", "complete", "single"])
+def test_connectivity_equals_sklearn(xp, linkage):
+    from sklearn.cluster import AgglomerativeClustering as SkAC
+    from sklearn.neighbors import kneighbors_graph
+
+    X = np.random.default_rng(1).standard_normal((50, 3))
+    C = kneighbors_graph(X, 5, include_self=False)
+    for n_clusters in (2, 6):
+        sk = SkAC(n_clusters, linkage=linkage, connectivity=C, compute_distances=True)
+        sk.fit(X)
+        ac = AgglomerativeClustering(n_clusters, linkage=linkage, connectivity=C)
+        ac.fit(xp.asarray(X))
+        np.testing.assert_array_equal(
+            xp.to_numpy(ac.labels_), _relabel(sk.labels_), err_msg=linkage
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(ac.distances_), sk.distances_, rtol=1e-9, atol=1e-12
+        )
+    dense = AgglomerativeClustering(6, linkage=linkage, connectivity=C.toarray()).fit(X)
+    np.testing.assert_array_equal(dense.labels_, _relabel(sk.labels_))
+
+
+def _relabel(labels):
+    """Labels numbered by first appearance."""
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]
+
+
+def test_connectivity_components_callable_and_partial_tree():
+    from sklearn.cluster import AgglomerativeClustering as SkAC
+
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.standard_normal((10, 2)), rng.standard_normal((10, 2)) + 8])
+    C = np.zeros((20, 20))
+    C[np.arange(9), np.arange(1, 10)] = 1  # a chain in each half: 2 components
+    C[np.arange(10, 19), np.arange(11, 20)] = 1
+    with pytest.warns(UserWarning, match="connected components"):
+        sk = SkAC(3, connectivity=C).fit(X)
+    with pytest.warns(UserWarning, match="connected components"):
+        ac = AgglomerativeClustering(3, connectivity=lambda Z: C).fit(X)
+    np.testing.assert_array_equal(ac.labels_, _relabel(sk.labels_))
+    assert ac.children_.shape == sk.children_.shape == (19, 2)
+    with pytest.warns(UserWarning):
+        part = AgglomerativeClustering(3, connectivity=C, compute_full_tree=False)
+        part.fit(X)
+    assert part.children_.shape == (17, 2)
+    np.testing.assert_array_equal(part.labels_, ac.labels_)
+    with pytest.raises(ValueError, match="Wrong shape for connectivity"):
+        AgglomerativeClustering(3, connectivity=C[:5]).fit(X)
+    with pytest.raises(ValueError, match="compute_full_tree must be True"):
+        AgglomerativeClustering(
+            None, distance_threshold=1.0, connectivity=C, compute_full_tree=False
+        ).fit(X)

@@ -41,12 +41,19 @@ import numpy as np
 from xpml._backend import to_numpy
 from xpml._typing import ArrayLike, Self
 from xpml.base import BaseEstimator, ClusterMixin
+from xpml.exceptions import warn
 from xpml.kernels import sq_distances
 from xpml.utils._array_api import device, fast_path, portable
 from xpml.utils._array_api import dispatch as _dispatch
 from xpml.utils._param_validation import Interval, Options
 
-__all__ = ["AgglomerativeClustering", "linkage_labels", "linkage_matrix"]
+__all__ = [
+    "AgglomerativeClustering",
+    "connected_linkage_matrix",
+    "connectivity_graph",
+    "linkage_labels",
+    "linkage_matrix",
+]
 
 LINKAGES = ("ward", "complete", "average", "single", "centroid")
 _SQUARED = ("ward", "centroid")  # the matrix holds squared distances
@@ -226,6 +233,122 @@ def _linkage_scipy(X, /, *, xp, method):
     return _scipy_linkage(np.asarray(X), method=method, metric="euclidean")
 
 
+def _components(A):
+    """Connected-component label of each node of the host boolean graph ``A``
+    (the smallest node index of its component), by label propagation."""
+    n = A.shape[0]
+    labels = np.arange(n)
+    while True:
+        reach = np.where(A, labels[None, :], n).min(axis=1)
+        new = np.minimum(labels, reach)
+        new = new[new]  # pointer jumping: fewer rounds on long chains
+        if np.array_equal(new, labels):
+            return labels
+        labels = new
+
+
+def connectivity_graph(connectivity, X_host):
+    """scikit-learn's fixed connectivity: the host boolean adjacency (n, n) of
+    ``connectivity`` (a dense or sparse matrix, or a callable of ``X``), made
+    symmetric without self loops; several components are joined (with a
+    warning) by an edge between the closest points of every pair of them.
+    Returns ``(A, n_components)``."""
+    from xpml.utils.validation import is_sparse
+
+    C = connectivity(X_host) if callable(connectivity) else connectivity
+    n = X_host.shape[0]
+    C = C.toarray() if is_sparse(C) else to_numpy(C)
+    if tuple(C.shape) != (n, n):
+        raise ValueError(
+            f"Wrong shape for connectivity matrix: {tuple(C.shape)} when X is "
+            f"{tuple(X_host.shape)}; connectivity must be (n_samples, n_samples)"
+        )
+    A = C != 0
+    A = A | A.T
+    np.fill_diagonal(A, False)
+    comp = _components(A)
+    roots = np.unique(comp)
+    if roots.shape[0] > 1:
+        warn(
+            UserWarning,
+            f"the number of connected components of the connectivity matrix is "
+            f"{roots.shape[0]} > 1. Completing it to avoid stopping the tree early.",
+        )
+        sq = (X_host * X_host).sum(axis=1)
+        D = sq[:, None] + sq[None, :] - 2.0 * (X_host @ X_host.T)
+        for i, ri in enumerate(roots):
+            for rj in roots[i + 1 :]:
+                sub = np.where((comp == ri)[:, None] & (comp == rj)[None, :], D, np.inf)
+                p, q = np.unravel_index(np.argmin(sub), sub.shape)
+                A[p, q] = A[q, p] = True
+    return A, int(roots.shape[0])
+
+
+def _graph_merge(state, a, b, pair, linkage, /, *, xp):
+    """Merge cluster ``b`` into ``a`` under the adjacency ``state.A``: for ward
+    and centroid the Lance–Williams distance of every pair (exact from the
+    centroids) with the merged adjacency; for the others scikit-learn's rule on
+    the graph's edges (the combined distance where both were connected, else
+    the one edge there is)."""
+    import array_api_extra as xpx
+
+    d_a, d_b = state.D[a, :], state.D[b, :]
+    e_a, e_b = state.A[a, :], state.A[b, :]
+    new = _lance_williams(linkage, d_a, d_b, pair, xp=xp)
+    if linkage not in _SQUARED:
+        new = xp.where(e_a & e_b, new, xp.where(e_a, d_a, d_b))
+    adj = (e_a | e_b) & (state.idx != a) & (state.idx != b)
+    D = xpx.at(state.D)[a, :].set(new)
+    state.D = xpx.at(D)[:, a].set(new)
+    A = xpx.at(state.A)[a, :].set(adj)
+    A = xpx.at(A)[:, a].set(adj)
+    A = xpx.at(A)[b, :].set(False)
+    state.A = xpx.at(A)[:, b].set(False)
+    state.sizes = xpx.at(state.sizes)[a].set(pair.n_a + pair.n_b)
+
+
+def connected_linkage_matrix(X, A_host, /, *, xp, method, n_merges=None):
+    """Linkage matrix of ``X`` with merges restricted to connected clusters
+    (the host boolean adjacency ``A_host``, connected): each merge takes the
+    closest adjacent pair of the distance matrix masked by the cluster
+    adjacency and reads back that pair and its height (one host sync). Stops
+    after ``n_merges`` merges (default all)."""
+    n = X.shape[0]
+    state = _State.start(X, method, xp=xp)
+    state.A = xp.asarray(A_host, device=device(X))
+    dt = state.D.dtype
+    ids, sizes = list(range(n)), [1] * n
+    n_merges = n - 1 if n_merges is None else n_merges
+    Z = np.empty((max(n_merges, 0), 4), dtype=np.float64)
+    for step in range(n_merges):
+        eff = xp.reshape(xp.where(state.A, state.D, xp.inf), (-1,))
+        flat = xp.argmin(eff, keepdims=True)
+        row, col = flat // n, flat % n  # each exact in the float dtype
+        got = xp.concat([xp.astype(row, dt), xp.astype(col, dt), xp.take(eff, flat)])
+        a, b, h = (float(v) for v in to_numpy(got))
+        a, b = int(min(a, b)), int(max(a, b))
+        pair = _Pair(h, sizes[a], sizes[b], state.sizes)
+        _graph_merge(state, a, b, pair, method, xp=xp)
+        height = float(np.sqrt(max(h, 0.0))) if method in _SQUARED else h
+        Z[step] = (
+            min(ids[a], ids[b]),
+            max(ids[a], ids[b]),
+            height,
+            sizes[a] + sizes[b],
+        )
+        ids[a], sizes[a] = n + step, sizes[a] + sizes[b]
+    return Z
+
+
+def _complete_tree(Z, n):
+    """``Z`` itself, or (a tree stopped early) ``Z`` with placeholder rows so
+    that :func:`linkage_labels` sees ``n − 1`` rows (only the real ones are
+    applied)."""
+    if Z.shape[0] == n - 1:
+        return Z
+    return np.concatenate([Z, np.zeros((n - 1 - Z.shape[0], 4))])
+
+
 def linkage_labels(Z, n_merges):
     """Flat cluster labels after the first ``n_merges`` merges of a linkage matrix.
 
@@ -273,6 +396,23 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         nearest pair, or the distance between centroids.
     distance_threshold : float or None, default=None
         Apply merges, in order, while their height is below this value.
+    connectivity : array (n, n), sparse matrix, callable or None, default=None
+        Which points are neighbours (nonzero entries, made symmetric; a callable
+        gets the host copy of ``X`` and returns the matrix). Only connected
+        clusters merge (scikit-learn's semantics): ward and centroid use their
+        exact distance between adjacent clusters; average, complete and single
+        combine the distances of the graph's edges only. A graph of several
+        components is completed, with a warning, by an edge between the
+        closest points of every pair of components. The merge loop masks the
+        dense cluster-distance matrix by the cluster adjacency (one host sync
+        per merge).
+    compute_full_tree : "auto" or bool, default="auto"
+        With ``connectivity``: False stops the tree at ``n_clusters`` (then
+        ``children_`` has ``n − n_clusters`` rows); "auto" builds it all when
+        ``n_clusters < max(100, 0.02 n)`` or ``distance_threshold`` is set.
+        Without ``connectivity`` the full tree is always built (as scikit-learn).
+    compute_distances : bool, default=False
+        Accepted for scikit-learn compatibility: ``distances_`` is always set.
 
     Attributes
     ----------
@@ -316,13 +456,28 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         "distance_threshold": [None, Interval(Real, 0, None, closed="left")],
         "linkage": [Options(*LINKAGES)],
         "n_clusters": [None, Interval(Integral, 1, None, closed="left")],
+        "connectivity": [None, "array-like", callable],
+        "compute_full_tree": [Options("auto"), "boolean"],
+        "compute_distances": ["boolean"],
     }
     _xpml_tags = {"data": "unsupervised", "test_params": {"n_clusters": 3}}
 
-    def __init__(self, n_clusters=2, *, linkage="ward", distance_threshold=None):
+    def __init__(
+        self,
+        n_clusters=2,
+        *,
+        connectivity=None,
+        compute_full_tree="auto",
+        linkage="ward",
+        distance_threshold=None,
+        compute_distances=False,
+    ):
         self.n_clusters = n_clusters
+        self.connectivity = connectivity
+        self.compute_full_tree = compute_full_tree
         self.linkage = linkage
         self.distance_threshold = distance_threshold
+        self.compute_distances = compute_distances
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Build the full merge tree and cut it; returns self."""
@@ -340,13 +495,15 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
             raise ValueError(
                 f"n_clusters={self.n_clusters} must be at most n_samples={n}"
             )
-        Z = _dispatch("linkage", xp)(X, xp=xp, method=self.linkage)
-        if self.n_clusters is not None:
+        Z = self._tree(X, xp)
+        if self.n_clusters is not None and Z.shape[0] < n - 1:
+            n_merges = Z.shape[0]  # the tree stopped at n_clusters
+        elif self.n_clusters is not None:
             n_merges = n - self.n_clusters
         else:
             below = Z[:, 2] < self.distance_threshold
             n_merges = int(np.argmin(below)) if not below.all() else n - 1
-        labels = linkage_labels(Z, n_merges)
+        labels = linkage_labels(_complete_tree(Z, n), n_merges)
         dev = ctx.device
         self.linkage_matrix_ = xp.asarray(Z, device=dev)
         self.children_ = xp.asarray(Z[:, :2].astype(np.int64), device=dev)
@@ -355,3 +512,25 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         self.n_clusters_ = int(n - n_merges)
         self.n_leaves_ = n
         return self._fitted(ctx)
+
+    def _tree(self, X, xp):
+        """The linkage matrix: every merge, or (with ``connectivity`` and
+        ``compute_full_tree`` False, or "auto" with few clusters) only those up
+        to ``n_clusters``, as scikit-learn."""
+        if self.connectivity is None:
+            return _dispatch("linkage", xp)(X, xp=xp, method=self.linkage)
+        n = int(X.shape[0])
+        full = self.compute_full_tree
+        if self.distance_threshold is not None:
+            if full is False:
+                raise ValueError(
+                    "compute_full_tree must be True if distance_threshold is set"
+                )
+            full = True
+        elif full == "auto":
+            full = self.n_clusters < max(100, 0.02 * n)
+        A, _ = connectivity_graph(self.connectivity, to_numpy(X))
+        n_merges = None if full else n - self.n_clusters
+        return connected_linkage_matrix(
+            X, A, xp=xp, method=self.linkage, n_merges=n_merges
+        )
