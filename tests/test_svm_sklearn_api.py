@@ -183,3 +183,22 @@ def test_predict_proba_after_switching_probability_on():
         assert hasattr(est, "predict_proba")
         with pytest.raises(NotFittedError, match=msg):
             est.predict_proba(X)
+
+
+def test_coef_is_read_only_as_in_sklearn(tmp_path):
+    X, y = make_blobs(n_samples=60, centers=3, random_state=0)
+    ours = SVC(kernel="linear", tol=1e-8).fit(X, y)
+    ref = sk_svm.SVC(kernel="linear", tol=1e-8).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-5)  # both tol=1e-8
+    for est in (ref, ours):
+        with pytest.raises(AttributeError):
+            est.coef_ = np.arange(3)
+        with pytest.raises(ValueError):  # NumPy's "assignment destination is read-only"
+            est.coef_[0, 0] = 0.0
+    ours.save(tmp_path / "svc.zip")
+    loaded = SVC.load(tmp_path / "svc.zip")
+    np.testing.assert_array_equal(loaded.coef_, ours.coef_)
+    # another kernel: no coef_, also after a linear fit of the same object
+    ours.set_params(kernel="rbf").fit(X, y)
+    assert not hasattr(ours, "coef_")
+    assert not hasattr(ours.set_params(kernel="linear"), "coef_")

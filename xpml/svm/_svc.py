@@ -208,6 +208,9 @@ class SVC(ClassifierMixin, BaseEstimator):
     intercept_ : array (n_classes·(n_classes−1)/2,)
     coef_ : array (n_classes·(n_classes−1)/2, n_features)
         Weights ``w`` of each one-vs-one problem; only with ``kernel="linear"``.
+        Read-only (a property, as scikit-learn's): predictions use
+        ``dual_coef_``, so an edit here would be silently ignored; a NumPy
+        ``coef_`` is a read-only view.
     n_iter_ : int32 array (n_classes·(n_classes−1)/2,)
         SMO steps per binary problem.
     n_working_sets_ : int32 array (n_classes·(n_classes−1)/2,)
@@ -258,6 +261,8 @@ class SVC(ClassifierMixin, BaseEstimator):
     True
     """
 
+    # the fitted weights live in ``_coef`` (``coef_`` is a read-only property)
+    _xpml_state_shapes = ("support_vectors_", "_coef")
     _parameter_constraints = {
         "C": [Interval(Real, 0, None, closed="neither", allow_inf=True)],
         "kernel": [Options(*_KERNELS), callable],
@@ -541,8 +546,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         self._cache_sv_start = np.concatenate([[0], np.cumsum(n_support)]).astype(int)
         self.dual_coef_ = xp.asarray(dual, dtype=X.dtype, device=dev)
         self.intercept_ = xp.asarray(intercept, dtype=X.dtype, device=dev)
+        self.__dict__.pop("_coef", None)  # from an earlier fit
         if self.kernel == "linear":
-            self.coef_ = self._linear_coef(xp)
+            self._coef = self._linear_coef(xp)
         self._set_counts(results, n_support, cw, xp=xp, dev=dev, dtype=X.dtype)
         self.fit_status_ = int(not all(r.converged for r in results))
         self.cache_peak_bytes_ = int(max(r.peak_bytes for r in results))
@@ -591,6 +597,20 @@ class SVC(ClassifierMixin, BaseEstimator):
             si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
             rows.append(dual[j - 1, si] @ SV[si, :] + dual[i, sj] @ SV[sj, :])
         return xp.stack(rows, axis=0)
+
+    @property
+    def coef_(self):
+        """Weights of each one-vs-one problem (``kernel="linear"`` only)."""
+        if self.kernel != "linear" or "_coef" not in self.__dict__:
+            raise AttributeError(
+                "coef_ is only available when using a linear kernel (a fitted "
+                "SVC(kernel='linear'))"
+            )
+        coef = self._coef
+        if isinstance(coef, np.ndarray):  # edits would be silently ignored
+            coef = coef.view()
+            coef.flags.writeable = False
+        return coef
 
     # ----------------------------------------------------------- decisions
     def _validate_predict_data(self, X, **kwargs):
