@@ -46,13 +46,13 @@ def _blas_threads():
     return threadpool_limits(limits=n, user_api="blas")
 
 
-def _ref_fit(loss, X, y, notes, dual="auto"):
+def _ref_fit(loss, X, y, notes, dual="auto", max_iter=1000):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC as SkLinearSVC
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        est = SkLinearSVC(loss=loss, dual=dual).fit(X, y)
+        est = SkLinearSVC(loss=loss, dual=dual, max_iter=max_iter).fit(X, y)
     if any(issubclass(w.category, ConvergenceWarning) for w in caught):
         notes.add("LIBLINEAR stopped at max_iter")
     return est
@@ -93,9 +93,12 @@ def _dcd_case(bench, n, d, loss, data):
 
     X, y, Xb, yb = data
     iters = {}
+    max_iter = 20 if bench.quick else 1000  # both sides: a smoke run stays short
 
     def ours():
-        est = LinearSVC(loss=loss, solver="dcd", dual=True, random_state=0)
+        est = LinearSVC(
+            loss=loss, solver="dcd", dual=True, random_state=0, max_iter=max_iter
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             iters["xpml"] = est.fit(Xb, yb).n_iter_
@@ -105,7 +108,7 @@ def _dcd_case(bench, n, d, loss, data):
         notes = set()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            est = _ref_fit(loss, X, y, notes, dual=True)
+            est = _ref_fit(loss, X, y, notes, dual=True, max_iter=max_iter)
         iters["liblinear"] = int(np.max(est.n_iter_))
         return est
 
@@ -115,7 +118,13 @@ def _dcd_case(bench, n, d, loss, data):
         n,
         ours,
         ref,
-        params={"d": d, "loss": loss, "C": 1.0, "tol": 1e-4, "solver": "dcd"},
+        params={
+            "d": d,
+            "loss": loss,
+            "tol": 1e-4,
+            "max_iter": max_iter,
+            "solver": "dcd",
+        },
         repeats=3,
         once=n > 20_000,
     )
