@@ -379,11 +379,11 @@ def test_linkage_labels_and_errors(points):
     assert linkage_labels(Z, 0).tolist() == [0, 1, 2, 3]
     assert linkage_labels(Z, 2).tolist() == [0, 0, 0, 1]
     with pytest.raises(
-        ValueError, match="exactly one of n_clusters and distance_threshold"
+        ValueError, match="Exactly one of n_clusters and distance_threshold"
     ):
         AgglomerativeClustering(n_clusters=None).fit(points)
     with pytest.raises(
-        ValueError, match="exactly one of n_clusters and distance_threshold"
+        ValueError, match="Exactly one of n_clusters and distance_threshold"
     ):
         AgglomerativeClustering(n_clusters=2, distance_threshold=1.0).fit(points)
     with pytest.raises(
@@ -414,7 +414,9 @@ def test_connectivity_equals_sklearn(xp, linkage):
     for n_clusters in (2, 6):
         sk = SkAC(n_clusters, linkage=linkage, connectivity=C, compute_distances=True)
         sk.fit(X)
-        ac = AgglomerativeClustering(n_clusters, linkage=linkage, connectivity=C)
+        ac = AgglomerativeClustering(
+            n_clusters, linkage=linkage, connectivity=C, compute_distances=True
+        )
         ac.fit(xp.asarray(X))
         np.testing.assert_array_equal(
             xp.to_numpy(ac.labels_), _relabel(sk.labels_), err_msg=linkage
@@ -456,4 +458,30 @@ def test_connectivity_components_callable_and_partial_tree():
     with pytest.raises(ValueError, match="compute_full_tree must be True"):
         AgglomerativeClustering(
             None, distance_threshold=1.0, connectivity=C, compute_full_tree=False
+        ).fit(X)
+
+
+def test_distances_and_threshold_as_sklearn():
+    from sklearn.cluster import AgglomerativeClustering as SkAC
+    from sklearn.neighbors import kneighbors_graph
+
+    X = np.random.default_rng(3).standard_normal((40, 4))
+    assert not hasattr(AgglomerativeClustering(3).fit(X), "distances_")
+    assert AgglomerativeClustering(3, compute_distances=True).fit(
+        X
+    ).distances_.shape == (39,)
+    C = kneighbors_graph(X, 4, include_self=False)
+    for linkage in ("average", "complete", "ward"):
+        for conn in (None, C):
+            kw = dict(n_clusters=None, distance_threshold=2.5, linkage=linkage)
+            sk = SkAC(connectivity=conn, **kw).fit(X)
+            ac = AgglomerativeClustering(connectivity=conn, **kw).fit(X)
+            assert ac.n_clusters_ == sk.n_clusters_
+            np.testing.assert_array_equal(ac.labels_, _relabel(sk.labels_))
+    assert AgglomerativeClustering(3, metric="l2").fit(X).n_clusters_ == 3
+    with pytest.raises(ValueError, match="'metric' parameter"):
+        AgglomerativeClustering(3, connectivity=C, metric="manhattan").fit(X)
+    with pytest.raises(ValueError, match="compute_full_tree must be True"):
+        AgglomerativeClustering(
+            None, distance_threshold=1.0, compute_full_tree=False
         ).fit(X)

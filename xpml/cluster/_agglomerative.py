@@ -395,7 +395,9 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         (scikit-learn's default), farthest pair, mean pairwise distance,
         nearest pair, or the distance between centroids.
     distance_threshold : float or None, default=None
-        Apply merges, in order, while their height is below this value.
+        Apply the merges whose height is below this value (scikit-learn's
+        rule: ``n_clusters_`` is one more than the number of merges at or above
+        it; the same as stopping at the first such merge when heights increase).
     connectivity : array (n, n), sparse matrix, callable or None, default=None
         Which points are neighbours (nonzero entries, made symmetric; a callable
         gets the host copy of ``X`` and returns the matrix). Only connected
@@ -412,7 +414,13 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         ``n_clusters < max(100, 0.02 n)`` or ``distance_threshold`` is set.
         Without ``connectivity`` the full tree is always built (as scikit-learn).
     compute_distances : bool, default=False
-        Accepted for scikit-learn compatibility: ``distances_`` is always set.
+        Set ``distances_`` (also set with ``distance_threshold``; the heights
+        are always in ``linkage_matrix_[:, 2]``).
+    metric : {"euclidean", "l2"}, default="euclidean"
+        The point distance (both names are Euclidean; other scikit-learn
+        metrics are not supported yet).
+    memory : object, default=None
+        Accepted for scikit-learn compatibility; no tree is cached.
 
     Attributes
     ----------
@@ -422,7 +430,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         ``Z[i, 2]`` into a cluster of ``Z[i, 3]`` points.
     children_ : array (n_samples − 1, 2), int64
     distances_ : array (n_samples − 1,)
-        Merge heights.
+        Merge heights (with ``compute_distances`` or ``distance_threshold``).
     labels_ : array (n_samples,), int64
         Cluster of each point, numbered by first appearance.
     n_clusters_ : int
@@ -459,6 +467,8 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         "connectivity": [None, "array-like", callable],
         "compute_full_tree": [Options("auto"), "boolean"],
         "compute_distances": ["boolean"],
+        "metric": [Options("euclidean", "l2")],
+        "memory": [object],
     }
     _xpml_tags = {"data": "unsupervised", "test_params": {"n_clusters": 3}}
 
@@ -466,6 +476,8 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         self,
         n_clusters=2,
         *,
+        metric="euclidean",
+        memory=None,
         connectivity=None,
         compute_full_tree="auto",
         linkage="ward",
@@ -473,6 +485,8 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         compute_distances=False,
     ):
         self.n_clusters = n_clusters
+        self.metric = metric
+        self.memory = memory
         self.connectivity = connectivity
         self.compute_full_tree = compute_full_tree
         self.linkage = linkage
@@ -481,13 +495,7 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
         """Build the full merge tree and cut it; returns self."""
-        if (self.n_clusters is None) == (self.distance_threshold is None):
-            self._validate_params()
-            raise ValueError(
-                "exactly one of n_clusters and distance_threshold must be given (the other "
-                f"None); got n_clusters={self.n_clusters!r}, "
-                f"distance_threshold={self.distance_threshold!r}"
-            )
+        self._check_settings()
         ctx, X, _, _ = self._validate_fit_data(X)
         xp = ctx.xp
         n = int(X.shape[0])
@@ -501,17 +509,32 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         elif self.n_clusters is not None:
             n_merges = n - self.n_clusters
         else:
-            below = Z[:, 2] < self.distance_threshold
-            n_merges = int(np.argmin(below)) if not below.all() else n - 1
+            # scikit-learn's count: n_clusters_ = #(heights >= threshold) + 1
+            n_merges = int(np.count_nonzero(Z[:, 2] < self.distance_threshold))
         labels = linkage_labels(_complete_tree(Z, n), n_merges)
         dev = ctx.device
         self.linkage_matrix_ = xp.asarray(Z, device=dev)
         self.children_ = xp.asarray(Z[:, :2].astype(np.int64), device=dev)
-        self.distances_ = xp.asarray(Z[:, 2].copy(), device=dev)
+        if self.compute_distances or self.distance_threshold is not None:
+            self.distances_ = xp.asarray(Z[:, 2].copy(), device=dev)
         self.labels_ = xp.asarray(labels, device=dev)
         self.n_clusters_ = int(n - n_merges)
         self.n_leaves_ = n
         return self._fitted(ctx)
+
+    def _check_settings(self):
+        """scikit-learn's checks of the parameters' combinations."""
+        self._validate_params()
+        if (self.n_clusters is None) == (self.distance_threshold is None):
+            raise ValueError(
+                "Exactly one of n_clusters and distance_threshold has to be set, and "
+                "the other needs to be None; got n_clusters="
+                f"{self.n_clusters!r}, distance_threshold={self.distance_threshold!r}"
+            )
+        if self.distance_threshold is not None and self.compute_full_tree is False:
+            raise ValueError(
+                "compute_full_tree must be True if distance_threshold is set"
+            )
 
     def _tree(self, X, xp):
         """The linkage matrix: every merge, or (with ``connectivity`` and
@@ -522,10 +545,6 @@ class AgglomerativeClustering(ClusterMixin, BaseEstimator):
         n = int(X.shape[0])
         full = self.compute_full_tree
         if self.distance_threshold is not None:
-            if full is False:
-                raise ValueError(
-                    "compute_full_tree must be True if distance_threshold is set"
-                )
             full = True
         elif full == "auto":
             full = self.n_clusters < max(100, 0.02 * n)
