@@ -46,7 +46,7 @@ def _blas_threads():
     return threadpool_limits(limits=n, user_api="blas")
 
 
-def _ref_fit(loss, X, y, notes, dual="auto", max_iter=1000):
+def _ref_fit(loss, X, y, notes, *, dual="auto", max_iter=1000):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC as SkLinearSVC
 
