@@ -492,3 +492,74 @@ def test_min_weight_fraction_leaf_as_sklearn(frac, xp):
         np.testing.assert_allclose(got, sk.predict(X), rtol=1e-12)
     with pytest.raises(InvalidParameterError, match="min_weight_fraction_leaf"):
         DecisionTreeClassifier(min_weight_fraction_leaf=0.6).fit(X, yc)
+
+
+def _path_rows(P):
+    """Per row, the visited node ids (ascending = root to leaf in both
+    xpml's and scikit-learn's numbering), from a CSR or dense indicator."""
+    P = P.toarray() if hasattr(P, "toarray") else np.asarray(P)
+    return [np.nonzero(row)[0] for row in P]
+
+
+@pytest.mark.parametrize(
+    "Est,Ref", [(DecisionTreeClassifier, SkTree), (DecisionTreeRegressor, SkReg)]
+)
+def test_decision_path_as_sklearn(Est, Ref, xp):
+    """Same paths as scikit-learn's tree: per row the visited nodes (root to
+    leaf, ending in ``apply``'s leaf) hold the same training samples (counts
+    equal, values to 1e-12; equal partitions stand for ties between features
+    that the two libraries may break differently; depth 4 keeps clear of
+    deeper nodes' ties between different partitions); SciPy CSR (intp ones) on
+    NumPy, a dense 0/1 array in the input's library elsewhere."""
+    X, y = _noisy(3, n=300)
+    y = y if Est is DecisionTreeClassifier else X[:, 0] - 2 * X[:, 1] ** 2 + 0.1 * y
+    sk = Ref(max_depth=4, random_state=0).fit(X, y)
+    est = Est(max_depth=4).fit(xp.asarray(X), xp.asarray(y))
+    P = est.decision_path(xp.asarray(X))
+    if xp.name.startswith("numpy"):
+        assert P.format == "csr" and P.dtype == np.intp
+    else:
+        assert xp.is_native(P)
+        P = xp.to_numpy(P)
+        assert set(np.unique(P)) <= {0, 1}
+    assert P.shape == (300, est.node_count_) == (300, sk.tree_.node_count)
+    ours, ref = _path_rows(P), _path_rows(sk.decision_path(X))
+    count = xp.to_numpy(est.tree_n_node_samples_)
+    value = xp.to_numpy(est.tree_value_).reshape(est.node_count_, -1)
+    sk_value = sk.tree_.value.reshape(sk.tree_.node_count, -1)
+    leaves = xp.to_numpy(est.apply(xp.asarray(X)))
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert a[0] == 0 and a[-1] == leaves[i] and len(a) == len(b)
+        np.testing.assert_array_equal(count[a], sk.tree_.n_node_samples[b])
+        np.testing.assert_allclose(value[a], sk_value[b], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "Est,Ref,crit",
+    [
+        (DecisionTreeClassifier, SkTree, "gini"),
+        (DecisionTreeClassifier, SkTree, "entropy"),
+        (DecisionTreeRegressor, SkReg, "squared_error"),
+    ],
+)
+def test_cost_complexity_pruning_path_as_sklearn(Est, Ref, crit, xp):
+    """scikit-learn's weakest-link sequence: same alphas (1e-9 relative to the
+    largest, 1e-15 absolute) and subtree impurities (1e-9 relative), weighted
+    samples, on data without tied splits; alphas start at 0 and never
+    decrease, the last impurity is the root's."""
+    X, y = _noisy(4, n=300)
+    y = y if Est is DecisionTreeClassifier else X[:, 0] * X[:, 1] + y
+    w = np.random.default_rng(2).integers(1, 4, len(y)).astype(float)
+    kw = dict(criterion=crit, min_samples_leaf=3)
+    ref = Ref(random_state=0, **kw).cost_complexity_pruning_path(X, y, w)
+    got = Est(**kw).cost_complexity_pruning_path(
+        xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(w)
+    )
+    assert got.ccp_alphas is got["ccp_alphas"]
+    assert got.ccp_alphas.shape == ref.ccp_alphas.shape and len(ref.ccp_alphas) > 5
+    assert got.ccp_alphas[0] == 0 and np.all(np.diff(got.ccp_alphas) >= -1e-15)
+    scale = ref.ccp_alphas.max()
+    np.testing.assert_allclose(
+        got.ccp_alphas, ref.ccp_alphas, rtol=1e-9, atol=1e-9 * scale
+    )
+    np.testing.assert_allclose(got.impurities, ref.impurities, rtol=1e-9)

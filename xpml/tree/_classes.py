@@ -15,7 +15,7 @@ from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.tree._grow import GrowParams, grow, segment_sum
 from xpml.tree._stack import TREE_ARRAYS, cached_stack, host_tree, stack_trees
-from xpml.utils._array_api import device, itemsize
+from xpml.utils._array_api import device, is_numpy_namespace, itemsize
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import (
     check_array,
@@ -205,6 +205,53 @@ class _BaseDecisionTree(BaseEstimator):
         """Number of leaves of the fitted tree."""
         return self.n_leaves_
 
+    # ------------------------------------------------------- decision path
+    def decision_path(self, X):
+        """The nodes each row of ``X`` passes through, root to leaf.
+
+        Node ``j`` of row ``i`` is marked when the row visits it. Nodes are
+        numbered as in xpml's fitted arrays (breadth-first, parents before
+        children; the root is 0), which is not scikit-learn's depth-first
+        numbering: the set of visited nodes per row is the same tree path,
+        the column indices differ.
+
+        Returns
+        -------
+        indicator : SciPy CSR matrix (n_samples, node_count) for NumPy input
+            (scikit-learn's type, ``intp`` ones); for other libraries a dense
+            0/1 ``int64`` array in the input's library (no sparse type is
+            portable), shape (n_samples, node_count).
+        """
+        ctx, X = self._validate_predict_data(X)
+        if is_numpy_namespace(ctx.out_xp):
+            leaves = np.asarray(to_numpy(self._leaves(ctx, X)), dtype=np.int64)
+            return _path_csr(self._host_tree(), leaves)
+        xp = ctx.xp
+        pre, end = _preorder(self._host_tree())
+        pre_d, end_d = (xp.asarray(a, device=ctx.device) for a in (pre, end))
+        at = xp.take(pre_d, self._leaves(ctx, X))[:, None]
+        inside = (pre_d[None, :] <= at) & (at < end_d[None, :])
+        return ctx.out(xp.astype(inside, xp.int64))
+
+    def cost_complexity_pruning_path(self, X, y, sample_weight=None):
+        """Minimal cost-complexity pruning path (scikit-learn's weakest link).
+
+        A tree with this estimator's parameters is grown on ``(X, y)``; then,
+        repeatedly, the internal node ``t`` of smallest effective alpha
+        ``(R(t) − R(T_t)) / (|leaves(T_t)| − 1)`` is collapsed into a leaf,
+        with ``R(t) = W_t / W · impurity_t``, until only the root is left.
+
+        Returns
+        -------
+        path : Bunch with ``ccp_alphas`` (increasing effective alphas, the
+            first 0) and ``impurities`` (sum of ``R`` over the leaves of the
+            pruned tree at each alpha), NumPy float64 arrays. Equal alphas are
+            taken in xpml's node order.
+        """
+        est = type(self)(**self.get_params()).fit(X, y, sample_weight)
+        alphas, imps = _weakest_link_path(est._host_tree())
+        return Bunch(ccp_alphas=alphas, impurities=imps)
+
     # --------------------------------------------------------------- prune
     def prune(self, X_val, y_val):
         """Reduced-error post-pruning on a validation set; returns self.
@@ -290,6 +337,99 @@ class _BaseDecisionTree(BaseEstimator):
     def export_text(self, **kwargs):
         """The tree as indented text rules (see :func:`export_text`)."""
         return export_text(self, **kwargs)
+
+
+class Bunch(dict):
+    """A dict whose keys are also attributes (scikit-learn's ``Bunch``)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def _preorder(t):
+    """Depth-first (pre-order) rank of each node and the end of its subtree's
+    range: ``j`` is an ancestor-or-self of ``v`` iff
+    ``pre[j] <= pre[v] < end[j]`` (one host pass over the nodes)."""
+    left, right = t["children_left"], t["children_right"]
+    n = len(left)
+    order, stack = [], [0]
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        if left[v] >= 0:
+            stack.extend((int(right[v]), int(left[v])))
+    order = np.asarray(order, dtype=np.int64)
+    pre = np.empty(n, dtype=np.int64)
+    pre[order] = np.arange(n)
+    size = np.ones(n, dtype=np.int64)
+    for v in order[::-1]:  # children come after their parent in pre-order
+        if left[v] >= 0:
+            size[v] += size[left[v]] + size[right[v]]
+    return pre, pre + size
+
+
+def _parents(t):
+    left, right = t["children_left"], t["children_right"]
+    parent = np.full(len(left), -1, dtype=np.int64)
+    inner = np.nonzero(left >= 0)[0]
+    parent[left[inner]], parent[right[inner]] = inner, inner
+    return parent
+
+
+def _path_csr(t, leaves):
+    """CSR indicator of the root-to-leaf paths of ``leaves`` (host)."""
+    import scipy.sparse as sp
+
+    parent = _parents(t)
+    steps, node = [], leaves
+    for _ in range(int(t["max_depth"]) + 1):
+        steps.append(node)
+        node = np.where(node >= 0, parent[np.maximum(node, 0)], -1)
+    paths = np.stack(steps[::-1], axis=1)  # root first, -1 padding on the left
+    keep = paths >= 0
+    indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))])
+    indices = paths[keep]
+    data = np.ones(len(indices), dtype=np.intp)
+    shape = (len(leaves), len(parent))
+    return sp.csr_matrix((data, indices, indptr), shape=shape)
+
+
+def _weakest_link_path(t):
+    """(ccp_alphas, impurities): scikit-learn's weakest-link pruning sequence,
+    one collapsed node per step (the first of the smallest alpha)."""
+    left = t["children_left"]
+    W, imp = t["weighted_n_node_samples"], t["impurity"]
+    r_node = W * imp / W[0]
+    parent = _parents(t)
+    pre, end = _preorder(t)
+    by_pre = np.argsort(pre)
+    n_leaves = np.ones(len(left), dtype=np.int64)
+    r_branch = np.where(left < 0, r_node, 0.0)
+    for v in by_pre[::-1]:  # bottom-up
+        if left[v] >= 0:
+            a, b = left[v], t["children_right"][v]
+            n_leaves[v] = n_leaves[a] + n_leaves[b]
+            r_branch[v] = r_branch[a] + r_branch[b]
+    candidate = left >= 0
+    alphas, imps = [0.0], [float(r_branch[0])]
+    while candidate[0]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a_eff = (r_node - r_branch) / (n_leaves - 1)
+        a_eff = np.where(candidate, a_eff, np.inf)
+        v = int(np.argmin(a_eff))
+        candidate[by_pre[pre[v] : end[v]]] = False
+        dropped, r_diff = n_leaves[v] - 1, r_node[v] - r_branch[v]
+        u = v
+        while u >= 0:
+            n_leaves[u] -= dropped
+            r_branch[u] += r_diff
+            u = parent[u]
+        alphas.append(float(a_eff[v]))
+        imps.append(float(r_branch[0]))
+    return np.asarray(alphas), np.asarray(imps)
 
 
 def _merge_leaves(t, err_leaf):
