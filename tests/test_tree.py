@@ -563,3 +563,47 @@ def test_cost_complexity_pruning_path_as_sklearn(Est, Ref, crit, xp):
         got.ccp_alphas, ref.ccp_alphas, rtol=1e-9, atol=1e-9 * scale
     )
     np.testing.assert_allclose(got.impurities, ref.impurities, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(max_depth=3), dict(max_depth=6, min_samples_leaf=5)]
+)
+def test_poisson_criterion_as_sklearn(kw, xp):
+    """criterion="poisson": the same tree as scikit-learn's on count data
+    with weights (node count equal, predictions and node impurities, the
+    half Poisson deviance, to 1e-12 / 1e-10 relative); deeper unlimited
+    trees meet ties between equal integer-target splits, left out."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    y = rng.poisson(np.exp(0.5 * X[:, 0] - 0.3 * X[:, 1])).astype(float)
+    w = rng.integers(1, 4, 400).astype(float)
+    sk = SkReg(criterion="poisson", random_state=0, **kw).fit(X, y, w)
+    est = DecisionTreeRegressor(criterion="poisson", **kw)
+    est.fit(xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(w))
+    assert est.node_count_ == sk.tree_.node_count
+    got = xp.to_numpy(est.predict(xp.asarray(X)))
+    np.testing.assert_allclose(got, sk.predict(X), rtol=1e-12)
+    imp = np.sort(xp.to_numpy(est.tree_impurity_))
+    np.testing.assert_allclose(imp, np.sort(sk.tree_.impurity), rtol=1e-10, atol=1e-12)
+    ref = SkReg(criterion="poisson", random_state=0, **kw)
+    path = DecisionTreeRegressor(criterion="poisson", **kw)
+    a, b = (
+        ref.cost_complexity_pruning_path(X, y),
+        path.cost_complexity_pruning_path(X, y),
+    )
+    np.testing.assert_allclose(b.impurities, a.impurities, rtol=1e-9)
+
+
+def test_poisson_rejects_what_sklearn_rejects():
+    X = np.arange(8.0).reshape(-1, 1)
+    y = np.array([0.0, 1.0, 2.0, 0.0, 3.0, 1.0, 0.0, 2.0])
+    with pytest.raises(ValueError, match="Some value\\(s\\) of y are negative"):
+        DecisionTreeRegressor(criterion="poisson").fit(X, y - 1)
+    with pytest.raises(ValueError, match="Sum of y is not positive"):
+        DecisionTreeRegressor(criterion="poisson").fit(X, np.zeros(8))
+    # a child of mean 0 is never made (its deviance would be infinite)
+    est = DecisionTreeRegressor(criterion="poisson").fit(X, y)
+    leaf = est.tree_children_left_ < 0
+    assert np.all(est.tree_value_[leaf] > 0)
+    sk = SkReg(criterion="poisson", random_state=0).fit(X, y)
+    np.testing.assert_allclose(est.predict(X), sk.predict(X), rtol=1e-12)

@@ -689,7 +689,10 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
         by Friedman's improvement ``w_L w_R (ȳ_L − ȳ_R)² / (w_L + w_R)``, which
         equals the between-children sum of squares ``S_L²/w_L + S_R²/w_R``
         (``S`` centred sums): it grows the same trees, and scikit-learn 1.9
-        maps it to "squared_error" too.
+        maps it to "squared_error" too. "poisson" (scikit-learn's): the half
+        Poisson deviance ``Σ w (y log(y/ȳ) − y + ȳ) / W``, for targets
+        ``y >= 0`` with a positive sum; a split leaving a child of mean 0 is
+        not taken.
     max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
 min_impurity_decrease, \
 max_features, random_state
@@ -722,7 +725,7 @@ max_features, random_state
     """
 
     _parameter_constraints = {
-        "criterion": [Options("squared_error", "friedman_mse", "variance")],
+        "criterion": [Options("squared_error", "friedman_mse", "variance", "poisson")],
         **_BaseDecisionTree._common_constraints,
     }
     _xpml_tags = {}
@@ -759,6 +762,8 @@ max_features, random_state
         ctx, X, y, sw = self._validate_fit_data(
             X, y, sample_weight, target="continuous"
         )
+        if self.criterion == "poisson":
+            _check_poisson_targets(y, ctx.xp)
         self._fit_arrays(ctx, X, y, sw, 0)
         return self._fitted(ctx)
 
@@ -766,6 +771,20 @@ max_features, random_state
         """Mean training target of the leaf each row reaches."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._leaf_values(ctx, X))
+
+
+def _check_poisson_targets(y, xp):
+    """scikit-learn's conditions for the Poisson criterion (one host sync)."""
+    lo, total = to_numpy(xp.stack([xp.min(y), xp.sum(y)])).tolist()
+    if lo < 0:
+        raise ValueError(
+            "Some value(s) of y are negative which is not allowed for "
+            "Poisson regression."
+        )
+    if total <= 0:
+        raise ValueError(
+            "Sum of y is not positive which is necessary for Poisson regression."
+        )
 
 
 def export_text(

@@ -74,7 +74,7 @@ _HOST_WORK_ELEMENTS = 1 << 16
 class GrowParams:
     """Stopping rules and criterion of one growth (already resolved to numbers)."""
 
-    criterion: str  # "gini", "entropy" or "squared_error"
+    criterion: str  # "gini", "entropy", "squared_error" or "poisson"
     n_classes: int  # 0 for regression
     max_depth: int
     min_samples_split: int
@@ -323,7 +323,11 @@ def _root_stats(g, samp, sampw, starts, ends):
         else:
             tw = xp.sum(w)
             mu = xp.sum(w * ys) / tw
-            rows.append(xp.stack([tw, mu, xp.sum(w * (ys - mu) ** 2) / tw]))
+            if g.params.criterion == "poisson":  # half Poisson deviance
+                imp = xp.sum(w * _xlogx(ys, xp)) / tw - _xlogx(mu, xp)
+            else:
+                imp = xp.sum(w * (ys - mu) ** 2) / tw
+            rows.append(xp.stack([tw, mu, imp]))
     both = xp.stack(rows)
     g.W_dev = xp.sum(both, axis=1) if K else both[:, 0]
     h = np.asarray(to_numpy(both), dtype=np.float64)
@@ -651,6 +655,21 @@ def _sse_scores(g, s1, wlr):
     return s1 * s1 / xp.where(wl > 0, wl, one) + r1 * r1 / xp.where(wr > 0, wr, one)
 
 
+def _poisson_scores(g, s, wlr):
+    """Half Poisson deviance proxy (maximised, scikit-learn's):
+    S_L log(S_L/W_L) + S_R log(S_R/W_R) with ``s`` the cumulative weighted
+    sums of ``y``; −inf where a child's mean is not above EPSILON (its
+    deviance would be infinite)."""
+    xp = g.xp
+    wl, wr = wlr
+    r = s[..., -1:] - s
+    one = xp.ones_like(wl)
+    ml, mr = s / xp.where(wl > 0, wl, one), r / xp.where(wr > 0, wr, one)
+    score = _xlogx(ml, xp) * wl + _xlogx(mr, xp) * wr
+    ninf = xp.full((), -xp.inf, dtype=score.dtype, device=device(score))
+    return xp.where((ml > EPSILON) & (mr > EPSILON), score, ninf)
+
+
 def _search(g, ent, F, vals):
     """Best split among features ``F`` (nb, f) for a block of nb nodes.
 
@@ -665,6 +684,8 @@ def _search(g, ent, F, vals):
     wr = wl[..., -1:] - wl
     if g.params.classification:
         score = _class_scores(g, cum[1:, ...], (wl, wr))
+    elif g.params.criterion == "poisson":
+        score = _poisson_scores(g, cum[1, ...] + wl * ent.mean[:, None, None], (wl, wr))
     else:
         score = _sse_scores(g, cum[1, ...], (wl, wr))
     if ent.mw is not None:
@@ -755,7 +776,9 @@ def _children_stats(g, ent, feat, p):
         ct = xp.sum(oh * rw[:, :, None], axis=1)
         return rs, rw, [cl, ct]
     yc = ys - ent.mean[:, None]
-    sums = [xp.sum(t, axis=1) for w in (rwl, rw) for t in (w, w * yc, w * yc * yc)]
+    # the Poisson criterion needs Σ w y log y where squared error needs Σ w yc²
+    sq = _xlogx(ys, xp) if params.criterion == "poisson" else yc * yc
+    sums = [xp.sum(t, axis=1) for w in (rwl, rw) for t in (w, w * yc, w * sq)]
     return rs, rw, [xp.stack(sums, axis=1)]
 
 
@@ -769,7 +792,7 @@ def _accept(g, blk, h, known):
     nid = blk.ids
     hp = h[:, 2].astype(np.int64)
     stl, str_, wl, wr = _child_stats_host(
-        h[:, 4:], params.n_classes, table["stats"][nid, 0]
+        h[:, 4:], params.n_classes, table["stats"][nid, 0], params.criterion
     )
     imp_l = _impurity_host(stl, wl, params)
     imp_r = _impurity_host(str_, wr, params)
@@ -810,9 +833,10 @@ def _accept(g, blk, h, known):
     return cids[c_open], np.repeat(a, 2)[c_open], shift[c_open]
 
 
-def _child_stats_host(h, K, node_mean):
+def _child_stats_host(h, K, node_mean, criterion="squared_error"):
     """Children's statistics from the packed device summary: class counts, or
-    ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``."""
+    ``[mean, variance]`` from the sums of ``w``, ``w(y−ȳ)``, ``w(y−ȳ)²``
+    (Poisson: ``[mean, Σ w y log y / W − ȳ log ȳ]`` from ``w y log y``)."""
     if K:
         cl, ct = h[:, :K], h[:, K : 2 * K]
         cr = np.maximum(ct - cl, 0.0)
@@ -821,9 +845,16 @@ def _child_stats_host(h, K, node_mean):
     out = []
     for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
         ws = np.where(w > 0, w, 1.0)
-        out.append(
-            np.stack([node_mean + s1 / ws, np.maximum(s2 / ws - (s1 / ws) ** 2, 0)], 1)
-        )
+        mean = node_mean + s1 / ws
+        if criterion == "poisson":
+            xlx = mean * np.log(np.where(mean > 0, mean, 1.0))
+            imp = s2 / ws - xlx
+            # a constant node's two terms cancel to rounding noise, not 0
+            noise = 16 * EPSILON * (np.abs(s2 / ws) + np.abs(xlx))
+            imp = np.where(imp > noise, imp, 0.0)
+        else:
+            imp = np.maximum(s2 / ws - (s1 / ws) ** 2, 0)
+        out.append(np.stack([mean, imp], 1))
     return out[0], out[1], w_l, w_t - w_l
 
 
