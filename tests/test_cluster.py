@@ -172,6 +172,8 @@ def test_sklearn_only_parameters_and_feature_names(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         KMeans(3, init=X[:3]).fit(X)  # n_init="auto": one run, no warning
+    with pytest.warns(RuntimeWarning, match="single cluster"):
+        KMeans(1, algorithm="elkan", n_init=1).fit(X)
 
 
 def test_tie_keeps_previous_cluster():

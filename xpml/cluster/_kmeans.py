@@ -502,6 +502,12 @@ array (n_clusters, n_features)
                 f"n_samples={n} should be >= n_clusters={k}: KMeans needs at "
                 f"least as many samples as clusters"
             )
+        if self.algorithm == "elkan" and k == 1:  # scikit-learn's warning
+            warn(
+                RuntimeWarning,
+                "algorithm='elkan' doesn't make sense for a single cluster. Using "
+                "'lloyd' instead.",
+            )
         if w is None:
             w = xp.ones((n,), dtype=X.dtype, device=ctx.device)
         C0 = self._given_centres(X, ctx)
