@@ -211,6 +211,16 @@ def test_logistic_defaults_warn_nothing():
         LogisticRegression(C=np.inf).fit(X, y)
 
 
+def test_logistic_liblinear_multiclass_raises():
+    X, y = _iris(binary=False)
+    msg = "The 'liblinear' solver does not support multiclass classification"
+    with pytest.raises(ValueError, match=msg):
+        LogisticRegression(solver="liblinear").fit(X, y)
+    with pytest.raises(ValueError, match=msg):  # the reference agrees
+        sk.LogisticRegression(solver="liblinear").fit(X, y)
+    LogisticRegression(solver="liblinear").fit(*_iris(binary=True))  # two: fine
+
+
 def test_lasso_convergence_wording():
     from sklearn.exceptions import ConvergenceWarning
 

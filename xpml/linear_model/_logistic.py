@@ -462,6 +462,12 @@ class LogisticRegression(
         xp = ctx.xp
         Y, sw = self._targets(codes, sw, X, ctx)
         binary = Y.shape[1] == 1
+        if self.solver == "liblinear" and not binary:
+            raise ValueError(
+                "The 'liblinear' solver does not support multiclass classification "
+                "(n_classes >= 3). Either use another solver or wrap the estimator in "
+                "a OneVsRestClassifier to keep applying a one-versus-rest scheme."
+            )
         inv_c = 1.0 / float(self.C) if pen is not None else 0.0
         lam, l1 = inv_c * (1.0 - r), inv_c * r
         W, b = self._start(prev, X.shape[1], Y.shape[1], X, ctx)
