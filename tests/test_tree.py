@@ -607,3 +607,34 @@ def test_poisson_rejects_what_sklearn_rejects():
     assert np.all(est.tree_value_[leaf] > 0)
     sk = SkReg(criterion="poisson", random_state=0).fit(X, y)
     np.testing.assert_allclose(est.predict(X), sk.predict(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "Est,Ref", [(DecisionTreeClassifier, SkTree), (DecisionTreeRegressor, SkReg)]
+)
+def test_ccp_alpha_prunes_as_sklearn(Est, Ref, xp):
+    """(Weighted data, as the path test: same unpruned trees.) ccp_alpha between two consecutive alphas of the path gives
+    scikit-learn's pruned tree (node count and sorted node impurities equal
+    to 1e-12; not predictions: equal-score splits on different features,
+    tied, send a few points to other leaves in both libraries' trees);
+    alphas exactly on the path are left out (equal up to rounding, either
+    side of scikit-learn's ``ccp_alpha < alpha_eff`` test); 0 prunes nothing."""
+    X, y = _noisy(4, n=300)
+    y = y if Est is DecisionTreeClassifier else X[:, 0] - 2 * X[:, 1] ** 2 + 0.1 * y
+    w = np.random.default_rng(2).integers(1, 4, len(y)).astype(float)
+    path = Ref(random_state=0, min_samples_leaf=3).cost_complexity_pruning_path(X, y, w)
+    lo, hi = path.ccp_alphas[:-1], path.ccp_alphas[1:]
+    mid = ((lo + hi) / 2)[hi - lo > 1e-9 * hi.max()]  # off the path's (tied) alphas
+    for a in mid[:: max(1, len(mid) // 6)]:
+        sk = Ref(random_state=0, min_samples_leaf=3, ccp_alpha=a).fit(X, y, w)
+        est = Est(min_samples_leaf=3, ccp_alpha=a)
+        est.fit(xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(w))
+        assert est.node_count_ == sk.tree_.node_count
+        imp = np.sort(xp.to_numpy(est.tree_impurity_))
+        np.testing.assert_allclose(imp, np.sort(sk.tree_.impurity), atol=1e-12)
+    full = Est(min_samples_leaf=3).fit(X, y)
+    assert (
+        Est(min_samples_leaf=3, ccp_alpha=0.0).fit(X, y).node_count_ == full.node_count_
+    )
+    with pytest.raises(InvalidParameterError, match="ccp_alpha"):
+        Est(ccp_alpha=-1.0).fit(X, y)

@@ -85,6 +85,7 @@ class _BaseDecisionTree(BaseEstimator):
         "random_state": ["random_state"],
         "splitter": [Options("best", "random")],
         "max_leaf_nodes": [Interval(Integral, 2, None, closed="left"), None],
+        "ccp_alpha": [Interval(Real, 0.0, None, closed="left")],
     }
 
     # ----------------------------------------------------------------- fit
@@ -121,9 +122,17 @@ class _BaseDecisionTree(BaseEstimator):
 
     def _limit_leaves(self, tree):
         """``max_leaf_nodes``: keep the splits scikit-learn's best-first growth
-        makes (see :func:`_best_first`); the tree itself without it."""
+        makes (see :func:`_best_first`); then ``ccp_alpha``: minimal
+        cost-complexity pruning (scikit-learn's weakest link)."""
         k = getattr(self, "max_leaf_nodes", None)
-        return tree if k is None else _best_first(tree, int(k))
+        tree = tree if k is None else _best_first(tree, int(k))
+        alpha = float(getattr(self, "ccp_alpha", 0.0))
+        if alpha <= 0.0:
+            return tree
+        split = _weakest_link_path(tree, alpha)[2]
+        cl = np.where(split, tree["children_left"], -1)
+        cr = np.where(split, tree["children_right"], -1)
+        return _compact({**tree, "children_left": cl, "children_right": cr})
 
     def _set_tree(self, tree, ctx, dtype, *, stack=True):
         """Store a host tree (dict of NumPy arrays) as the fitted arrays,
@@ -248,8 +257,9 @@ class _BaseDecisionTree(BaseEstimator):
             pruned tree at each alpha), NumPy float64 arrays. Equal alphas are
             taken in xpml's node order.
         """
-        est = type(self)(**self.get_params()).fit(X, y, sample_weight)
-        alphas, imps = _weakest_link_path(est._host_tree())
+        est = type(self)(**{**self.get_params(), "ccp_alpha": 0.0})
+        est.fit(X, y, sample_weight)
+        alphas, imps, _ = _weakest_link_path(est._host_tree())
         return Bunch(ccp_alphas=alphas, impurities=imps)
 
     # --------------------------------------------------------------- prune
@@ -397,9 +407,11 @@ def _path_csr(t, leaves):
     return sp.csr_matrix((data, indices, indptr), shape=shape)
 
 
-def _weakest_link_path(t):
-    """(ccp_alphas, impurities): scikit-learn's weakest-link pruning sequence,
-    one collapsed node per step (the first of the smallest alpha)."""
+def _weakest_link_path(t, ccp_alpha=np.inf):
+    """(ccp_alphas, impurities, split): scikit-learn's weakest-link pruning
+    sequence, one collapsed node per step (the first of the smallest alpha),
+    stopped before an alpha above ``ccp_alpha``; ``split`` marks the nodes
+    still internal then."""
     left = t["children_left"]
     W, imp = t["weighted_n_node_samples"], t["impurity"]
     r_node = W * imp / W[0]
@@ -420,6 +432,8 @@ def _weakest_link_path(t):
             a_eff = (r_node - r_branch) / (n_leaves - 1)
         a_eff = np.where(candidate, a_eff, np.inf)
         v = int(np.argmin(a_eff))
+        if ccp_alpha < a_eff[v]:
+            break
         candidate[by_pre[pre[v] : end[v]]] = False
         dropped, r_diff = n_leaves[v] - 1, r_node[v] - r_branch[v]
         u = v
@@ -429,7 +443,7 @@ def _weakest_link_path(t):
             u = parent[u]
         alphas.append(float(a_eff[v]))
         imps.append(float(r_branch[0]))
-    return np.asarray(alphas), np.asarray(imps)
+    return np.asarray(alphas), np.asarray(imps), candidate
 
 
 def _merge_leaves(t, err_leaf):
@@ -572,6 +586,10 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         At most this many leaves: the splits scikit-learn's best-first growth
         keeps (largest weighted impurity decrease first), chosen from the
         level-wise tree after it is grown (same tree, ties aside).
+    ccp_alpha : float >= 0, default=0.0
+        Minimal cost-complexity pruning after growth (scikit-learn's): the
+        weakest links (see :meth:`cost_complexity_pruning_path`) of effective
+        alpha up to ``ccp_alpha`` are collapsed; 0 prunes nothing.
 
     Attributes
     ----------
@@ -635,6 +653,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         max_features=None,
         random_state=None,
         max_leaf_nodes=None,
+        ccp_alpha=0.0,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -647,6 +666,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         self.max_features = max_features
         self.random_state = random_state
         self.max_leaf_nodes = max_leaf_nodes
+        self.ccp_alpha = ccp_alpha
 
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
@@ -695,7 +715,7 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
         not taken.
     max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
 min_impurity_decrease, \
-max_features, random_state
+max_features, random_state, max_leaf_nodes, ccp_alpha
         As for :class:`DecisionTreeClassifier`.
 
     Attributes
@@ -743,6 +763,7 @@ max_features, random_state
         max_features=None,
         random_state=None,
         max_leaf_nodes=None,
+        ccp_alpha=0.0,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -754,6 +775,7 @@ max_features, random_state
         self.max_features = max_features
         self.random_state = random_state
         self.max_leaf_nodes = max_leaf_nodes
+        self.ccp_alpha = ccp_alpha
 
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
