@@ -638,3 +638,13 @@ def test_ccp_alpha_prunes_as_sklearn(Est, Ref, xp):
     )
     with pytest.raises(InvalidParameterError, match="ccp_alpha"):
         Est(ccp_alpha=-1.0).fit(X, y)
+
+
+def test_tree_namespace_routes_like_the_estimator():
+    """``tree_.apply`` / ``tree_.decision_path`` (scikit-learn's Tree
+    methods) give the estimator's own results."""
+    X, y = _noisy(6, n=120)
+    est = DecisionTreeClassifier(max_depth=3).fit(X, y)
+    np.testing.assert_array_equal(est.tree_.apply(X), est.apply(X))
+    assert (est.tree_.decision_path(X) != est.decision_path(X)).nnz == 0
+    assert est.tree_.decision_path(X).nnz > len(X)

@@ -187,6 +187,8 @@ class _BaseDecisionTree(BaseEstimator):
             self.max_depth_,
             self.n_leaves_,
         )
+        # scikit-learn's Tree routes rows too (xpml's node numbering)
+        t.apply, t.decision_path = self.apply, self.decision_path
         return t
 
     # ------------------------------------------------------------- predict
