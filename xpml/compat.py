@@ -242,6 +242,10 @@ _CATEGORIES = (
     (r"sparse", "sparse input not supported"),
     (r"must be one of|must be a|got .* instead|is not allowed", "option not supported"),
     (r"Not equal to tolerance|Arrays are not|assert", "different numbers"),
+    (r"DID NOT RAISE", "scikit-learn raises here, xpml accepts the input"),
+    (r"DID NOT WARN", "a warning scikit-learn gives and xpml does not"),
+    (r"Regex pattern did not match", "message wording differs from scikit-learn's"),
+    (r"^AssertionError", "different results (a plain assert in the test)"),
 )
 
 
