@@ -649,9 +649,17 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     [0, 1]
     """
 
+    # a single class is accepted, as scikit-learn does (every prediction is it)
+    _xpml_tags = {"one_class_ok": True}
+
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Store the training points and their class codes (one column of
         codes per output for a 2-D ``y``)."""
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y "
+                "is None; pass the class labels of X"
+            )
         if _is_multi_output(y):
             classes, codes = _encode_columns(y)
             ctx, X, Y = self._validate_X(X, codes, fit=True, target="multi")
