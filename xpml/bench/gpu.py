@@ -64,7 +64,7 @@ def _svc(bench, n, measured):
         measured[n] = ref_t
     if hasattr(ours, "n_support_"):
         r.note = "; ".join(
-            x for x in (f"xpml {int(np.sum(ours.n_support_))} SVs", r.note) if x
+            x for x in (f"xpml {int(ours.support_.shape[0])} SVs", r.note) if x
         )
 
 

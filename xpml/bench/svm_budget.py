@@ -41,6 +41,6 @@ def run(bench):
     r.note = (
         f"cache peak {peak / 2**20:.0f} MB <= budget {BUDGET_MB} MB: "
         f"{peak <= BUDGET_MB * 2**20}; process peak RSS {rss_mb:.0f} MB; "
-        f"{int(sum(model.n_support_))} SVs, n_iter {model.n_iter_}"
+        f"{int(model.support_.shape[0])} SVs, n_iter {model.n_iter_}"
     )
     bench.echo(f"{'':>10} {r.note}")
