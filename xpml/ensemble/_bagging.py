@@ -14,6 +14,7 @@ from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from xpml.ensemble._base import (
     FitPredict,
+    Members,
     Training,
     fit_member,
     member_predict,
@@ -86,7 +87,7 @@ class _Job:
         return np.stack([c for c, _ in self.draws])
 
 
-class _BaseBagging(BaseEstimator):
+class _BaseBagging(Members, BaseEstimator):
     """Fit, out-of-bag scoring and averaging shared by bagging and forests."""
 
     _base_constraints = {
@@ -100,21 +101,6 @@ class _BaseBagging(BaseEstimator):
     }
 
     # ------------------------------------------- scikit-learn's ensemble API
-    def __len__(self) -> int:
-        """Number of fitted members (``len(ensemble)``, as scikit-learn)."""
-        check_is_fitted(self, "estimators_")
-        return len(self.estimators_)
-
-    def __getitem__(self, index):
-        """Fitted member(s) ``estimators_[index]``."""
-        check_is_fitted(self, "estimators_")
-        return self.estimators_[index]
-
-    def __iter__(self):
-        """The fitted members, in order."""
-        check_is_fitted(self, "estimators_")
-        return iter(self.estimators_)
-
     @property
     def estimator_(self):
         """The template every member is cloned from (after ``fit``)."""

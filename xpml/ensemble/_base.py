@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml.utils.validation import check_is_fitted
 
 __all__ = [
+    "Members",
     "FitPredict",
     "Training",
     "fit_member",
@@ -156,3 +158,23 @@ def member_predict(est, data, method="predict"):
         return getattr(est, method)(data.X)
     out = np.asarray(getattr(est, method)(data.host()[0]))
     return data.ctx.xp.asarray(out, device=data.ctx.device)
+
+
+class Members:
+    """scikit-learn's ensemble container API over ``estimators_``: ``len``,
+    indexing and iteration, each refused before ``fit``."""
+
+    def __len__(self) -> int:
+        """Number of fitted members (``len(ensemble)``, as scikit-learn)."""
+        check_is_fitted(self, "estimators_")
+        return len(self.estimators_)
+
+    def __getitem__(self, index):
+        """Fitted member(s) ``estimators_[index]``."""
+        check_is_fitted(self, "estimators_")
+        return self.estimators_[index]
+
+    def __iter__(self):
+        """The fitted members, in order."""
+        check_is_fitted(self, "estimators_")
+        return iter(self.estimators_)

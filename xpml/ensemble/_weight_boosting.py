@@ -14,6 +14,7 @@ from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, clone
 from xpml.ensemble._base import (
     FitPredict,
+    Members,
     Training,
     fit_member,
     member_predict,
@@ -64,7 +65,7 @@ def _vote_table(betas):
     return values
 
 
-class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
+class AdaBoostClassifier(Members, ClassifierMixin, BaseEstimator):
     """Discrete AdaBoost (SAMME for more than two classes) on weighted stumps.
 
     Weights start at ``1/n`` (times ``sample_weight``, normalised). In round
@@ -359,21 +360,6 @@ class AdaBoostClassifier(ClassifierMixin, BaseEstimator):
         if self.estimator is None:
             return DecisionTreeClassifier(max_depth=1)
         return self.estimator
-
-    def __len__(self) -> int:
-        """Number of fitted members (``len(ensemble)``, as scikit-learn)."""
-        check_is_fitted(self, "estimators_")
-        return len(self.estimators_)
-
-    def __getitem__(self, index):
-        """Fitted member(s) ``estimators_[index]``."""
-        check_is_fitted(self, "estimators_")
-        return self.estimators_[index]
-
-    def __iter__(self):
-        """The fitted members, in order."""
-        check_is_fitted(self, "estimators_")
-        return iter(self.estimators_)
 
     @property
     def feature_importances_(self):
