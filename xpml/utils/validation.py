@@ -281,7 +281,13 @@ def _cast(X, xp, dtype, requested, name):
 
 
 def _assert_finite(X, xp, name):
-    # one reduction and one host sync per validated array
+    # One reduction and one host sync per validated array, with no temporary
+    # the size of X (issue 16: a fresh n × d mask is page-faulted in on a first
+    # call): a finite sum proves every entry finite (a NaN or an infinity
+    # makes the sum NaN or infinite); only a sum that is not finite (which
+    # finite values can also give, by overflow) is checked entry by entry.
+    if bool(xp.isfinite(xp.sum(X))):
+        return
     if bool(xp.all(xp.isfinite(X))):
         return
     if bool(xp.any(xp.isnan(X))):
