@@ -424,3 +424,40 @@ def test_errors_name_the_argument():
         Conv2D(2, 1, input_grad="fft").forward(np.ones((1, 3, 3, 1)))
     with pytest.raises(ValueError, match="init"):
         Dense(2, init="zeros").forward(np.ones((1, 3)))
+
+
+# ----------------------------------------------- the layer's reused workspace
+@pytest.mark.parametrize("input_grad", ["correlate", "fold"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype):
+    """The layer's scratch buffer (windows, then ``W dZᵀ`` / the padded ``dZ``'s
+    windows over them) gives bit for bit what the allocating functions give,
+    over calls that shrink and regrow the batch and a second backward after
+    one forward (``A`` rebuilt); float32 stays float32."""
+    from xpml.nn.conv import conv2d, conv2d_backward
+
+    rng = np.random.default_rng(3)
+    layer = Conv2D(4, 3, stride=2, padding=1, input_grad=input_grad, random_state=0)
+    for n, dt, twice in [(3, dtype, False), (2, dtype, True), (3, dtype, False)]:
+        X = xp.asarray(rng.normal(size=(n, 7, 6, 2)).astype(dt))
+        Z = layer.forward(X)
+        W = xp.asarray(xp.to_numpy(layer.params["W"]).astype(dt))
+        b = xp.asarray(xp.to_numpy(layer.params["b"]).astype(dt))
+        G = xp.asarray(rng.normal(size=tuple(Z.shape)).astype(dt))
+        Z0, A0 = conv2d(X, W, b, stride=(2, 2), padding=(1, 1), xp=xp.xp)
+        want = conv2d_backward(
+            G,
+            A0,
+            W,
+            (7, 6),
+            stride=(2, 2),
+            padding=(1, 1),
+            xp=xp.xp,
+            input_grad=input_grad,
+        )
+        for _ in range(2 if twice else 1):
+            dX = layer.backward(G)
+            got = (dX, layer.grads["W"], layer.grads["b"])
+            assert str(xp.to_numpy(dX).dtype) == dt
+            for g, w in zip((Z, *got), (Z0, *want), strict=True):
+                np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))

@@ -17,9 +17,18 @@ channels-first buffer: ``dX`` is an NHWC view of it).
 Pooling gradients are scattered back the same way: max pooling routes them to
 the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
+
+On NumPy a :class:`Conv2D` layer keeps one scratch buffer (:class:`Workspace`)
+sized for the larger of the window matrix and the backward's matrix (``W dZᵀ``
+or the window matrix of the padded ``dZ``): the forward's windows are copied
+into it, and once ``dW`` is formed the backward's matrix overwrites them. A
+call so maps fresh memory for one such matrix instead of two, and later calls
+reuse it (issue 16: fresh memory is page-faulted in on first touch).
 """
 
 from __future__ import annotations
+
+import math
 
 import array_api_compat
 import array_api_extra as xpx
@@ -42,7 +51,31 @@ __all__ = [
     "fold",
     "conv2d",
     "conv2d_backward",
+    "Workspace",
 ]
+
+
+class Workspace:
+    """A flat NumPy scratch buffer that a layer owns, reused across its calls.
+
+    :meth:`take` returns a view of its first ``prod(shape)`` elements (a new
+    buffer of ``max(size, reserve)`` elements when the held one is too small or
+    of another dtype). Only NumPy fast paths use it; the portable paths and
+    other libraries allocate as before. Whatever a view held is overwritten by
+    the next :meth:`take`.
+    """
+
+    def __init__(self):
+        self.buffer = None
+        self.reserve = 0
+
+    def take(self, shape, dtype):
+        size = math.prod(shape)
+        buf = self.buffer
+        if buf is None or buf.dtype != dtype or buf.size < size:
+            buf = np.empty(max(size, self.reserve), dtype=dtype)
+            self.buffer = buf
+        return buf[:size].reshape(shape)
 
 
 # ---------------------------------------------------------------- primitives
@@ -111,15 +144,20 @@ def _windows_example():
 
 
 @portable("nn.conv_windows")
-def _window_matrix_portable(Xp, /, kernel, stride, *, xp):
+def _window_matrix_portable(Xp, /, kernel, stride, *, xp, work=None):
     slices, (Ho, Wo) = _offset_slices(Xp, kernel, stride, 1)
     N, C = Xp.shape[0], Xp.shape[3]
     A = xp.stack(slices, axis=3)  # (N, H_out, W_out, k_h·k_w, C)
     return xp.reshape(A, (N * Ho * Wo, kernel[0] * kernel[1] * C))
 
 
-@fast_path("nn.conv_windows", "numpy", example=_windows_example)
-def _window_matrix_numpy(Xp, /, kernel, stride, *, xp):
+def _windows_work_example():
+    args, kw = _windows_example()
+    return args, {**kw, "work": Workspace()}
+
+
+@fast_path("nn.conv_windows", "numpy", example=_windows_work_example)
+def _window_matrix_numpy(Xp, /, kernel, stride, *, xp, work=None):
     # One strided view and one copy: for a kernel row i the k_w·C values of a
     # window are contiguous in NHWC memory, whatever the stride.
     (kh, kw), (sh, sw) = kernel, stride
@@ -133,18 +171,22 @@ def _window_matrix_numpy(Xp, /, kernel, stride, *, xp):
         (sN, sh * sH, sw * sW, sH, sC),
         writeable=False,
     )
-    return np.reshape(V, (N * Ho * Wo, kh * kw * C))  # the copy
+    if work is None:
+        return np.reshape(V, (N * Ho * Wo, kh * kw * C))  # the copy
+    A = work.take(V.shape, Xp.dtype)
+    np.copyto(A, V)  # the same copy, into the layer's buffer
+    return np.reshape(A, (N * Ho * Wo, kh * kw * C))
 
 
 @fast_path("nn.conv_windows", "torch", example=_windows_example)
-def _window_matrix_torch(Xp, /, kernel, stride, *, xp):
+def _window_matrix_torch(Xp, /, kernel, stride, *, xp, work=None):
     (kh, kw), (sh, sw) = kernel, stride
     V = Xp.unfold(1, kh, sh).unfold(2, kw, sw)  # (N, H_out, W_out, C, k_h, k_w)
     N, Ho, Wo, C = V.shape[:4]
     return V.permute(0, 1, 2, 4, 5, 3).reshape(N * Ho * Wo, kh * kw * C)
 
 
-def window_matrix(Xp, /, kernel, stride, *, xp):
+def window_matrix(Xp, /, kernel, stride, *, xp, work=None):
     """The window tensor of padded NHWC ``Xp``, as the matrix
     ``A (N·H_out·W_out, k_h·k_w·C)``.
 
@@ -153,11 +195,13 @@ def window_matrix(Xp, /, kernel, stride, *, xp):
     stored contiguously, so the convolution below is one matrix product whose
     result is already NHWC (see :func:`windows`). Built by stacking the
     ``k_h·k_w`` strided slices, or on NumPy and PyTorch by copying one strided
-    view (``as_strided`` / ``unfold``).
+    view (``as_strided`` / ``unfold``); on NumPy into ``work`` (a
+    :class:`Workspace`) when one is given.
     """
     (kh, kw), (sh, sw) = kernel, stride
     Ho, Wo = (Xp.shape[1] - kh) // sh + 1, (Xp.shape[2] - kw) // sw + 1
-    return dispatch("nn.conv_windows", xp)(Xp, kernel, stride, xp=xp), (Ho, Wo)
+    A = dispatch("nn.conv_windows", xp)(Xp, kernel, stride, xp=xp, work=work)
+    return A, (Ho, Wo)
 
 
 def windows(X, /, kernel, stride, padding=(0, 0), *, xp):
@@ -257,14 +301,15 @@ def _crop(Xp, padding):
     return Xp[:, ph : Xp.shape[1] - ph, pw : Xp.shape[2] - pw, :]
 
 
-def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
+def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp, work=None):
     """NHWC convolution (cross-correlation) of ``X`` with ``W (k_h, k_w, C_in, C_out)``.
 
-    Returns ``(Z, A)``: the output and the window matrix (kept for backward).
+    Returns ``(Z, A)``: the output and the window matrix (kept for backward; a
+    view of ``work``'s buffer when a :class:`Workspace` is given).
     """
     ph, pw = padding
     Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
-    A, (Ho, Wo) = window_matrix(Xp, W.shape[:2], stride, xp=xp)
+    A, (Ho, Wo) = window_matrix(Xp, W.shape[:2], stride, xp=xp, work=work)
     Z = contract(A, W, (X.shape[0], Ho, Wo), xp=xp)
     if b is not None and b.dtype == Z.dtype:
         # Z is the product's fresh array; adding b along rows of W_out·C_out
@@ -279,12 +324,25 @@ def conv2d(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
 
 
 def conv2d_backward(
-    dZ, A, W, /, input_hw, *, stride=(1, 1), padding=(0, 0), xp, input_grad="fold"
+    dZ,
+    A,
+    W,
+    /,
+    input_hw,
+    *,
+    stride=(1, 1),
+    padding=(0, 0),
+    xp,
+    input_grad="fold",
+    work=None,
 ):
     """Gradients ``(dX, dW, db)`` of :func:`conv2d` given the upstream ``dZ``.
 
     ``input_grad`` picks how ``dX`` is computed (:data:`INPUT_GRAD`): "correlate"
     (the rotated-kernel correlation) or "fold" (scattering); they agree to rounding.
+    With a :class:`Workspace` ``work`` (NumPy), ``dX``'s large intermediate is
+    built in its buffer once ``dW`` is formed: if ``A`` lives there too it is
+    overwritten.
     """
     N, Ho, Wo, Co = dZ.shape
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
@@ -293,11 +351,11 @@ def conv2d_backward(
     db = xp.sum(
         xp.reshape(xp.sum(xp.reshape(dZ, (N * Ho, Wo * Co)), axis=0), (Wo, Co)), axis=0
     )
-    dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp)
+    dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp, work=work)
     return dX, dW, db
 
 
-def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp):
+def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     """``dX`` as in ALGORITHMS.md §0.3: correlate ``dZ`` -- zero-upsampled by the
     stride and padded by ``k − 1 − pad`` -- with the 180°-rotated, in/out-transposed
     kernel (a stride-1 convolution through the same window machinery)."""
@@ -308,12 +366,33 @@ def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp):
     bottom = H + kh - 1 - top - ((Ho - 1) * sh + 1)
     right = Wd + kw - 1 - left - ((Wo - 1) * sw + 1)
     dZp = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp)
-    A_dZ, _ = window_matrix(dZp, (kh, kw), (1, 1), xp=xp)
+    A_dZ, _ = window_matrix(dZp, (kh, kw), (1, 1), xp=xp, work=work)
     W_rot = xp.permute_dims(xp.flip(W, axis=(0, 1)), (0, 1, 3, 2))
     return contract(A_dZ, W_rot, (N, H, Wd), xp=xp)
 
 
-def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
+def _cols_example():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((12, 3)), rng.standard_normal((20, 3))), {
+        "xp": None,
+        "work": Workspace(),
+    }
+
+
+@portable("nn.conv_cols")
+def _cols_portable(Wm, dZm, /, *, xp, work=None):
+    """``W dZᵀ``, ``(k_h·k_w·C_in, N·H_out·W_out)``: what :func:`fold` scatters."""
+    return Wm @ dZm.T
+
+
+@fast_path("nn.conv_cols", "numpy", example=_cols_example)
+def _cols_numpy(Wm, dZm, /, *, xp, work=None):
+    shape = (Wm.shape[0], dZm.shape[0])
+    out = None if work is None else work.take(shape, np.result_type(Wm, dZm))
+    return np.matmul(Wm, dZm.T, out=out)
+
+
+def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     """The same ``dX`` by scattering: each output's gradient ``W dZ`` is added back
     onto its input window (col2im), skipping the zeros of the upsampled ``dZ``."""
     N, Ho, Wo, Co = dZ.shape
@@ -323,7 +402,9 @@ def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp):
     # one product (k_h·k_w·C_in, N·H_out·W_out) = (k_h·k_w, C_in, N, H_out, W_out):
     # each offset's block is contiguous with rows of W_out, so the fold adds long
     # runs (per-offset products would be nine small multithreaded GEMMs)
-    colsT = xp.reshape(W, (kh * kw * Ci, Co)) @ dZm.T
+    colsT = dispatch("nn.conv_cols", xp)(
+        xp.reshape(W, (kh * kw * Ci, Co)), dZm, xp=xp, work=work
+    )
     colsT = xp.reshape(colsT, (kh * kw, Ci, N, Ho, Wo))
     dXc = fold(
         colsT, (kh, kw), (H + 2 * ph, Wd + 2 * pw), stride, xp=xp, channels_first=True
@@ -448,21 +529,47 @@ class Conv2D(Layer):
         H, W, _ = input_shape
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
+    def _workspace(self, X):
+        """The layer's scratch buffer (see :class:`Workspace`), reserved for the
+        larger of the forward's window matrix and the backward's matrix."""
+        (kh, kw), (sh, sw), (ph, pw) = self._geometry()
+        N, H, Wd, Ci = X.shape
+        Co = self.out_channels
+        rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
+        back = N * H * Wd * Co if self.input_grad == "correlate" else rows * Ci
+        work = getattr(self, "_cache_work", None) or Workspace()
+        work.reserve = max(rows * kh * kw * Ci, back * kh * kw)
+        self._cache_work = work
+        return work
+
     def forward(self, X):
         self._input_grad()  # fail before any work on a bad option
         self._ensure_built(X)
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
         Z, A = conv2d(
-            X, self.params["W"], self.params["b"], stride=stride, padding=padding, xp=xp
+            X,
+            self.params["W"],
+            self.params["b"],
+            stride=stride,
+            padding=padding,
+            xp=xp,
+            work=self._workspace(X),
         )
-        self._cache = (A, tuple(X.shape[1:3]))
+        # X too: a second backward rebuilds A, which the first overwrote
+        self._cache = [A, tuple(X.shape[1:3]), X]
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        A, input_hw = self._cache
+        A, input_hw, X = self._cache
         _, stride, padding = self._geometry()
+        work = self._cache_work
+        if A is None:
+            (ph, pw), kernel = padding, self.params["W"].shape[:2]
+            Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
+            A = window_matrix(Xp, kernel, stride, xp=xp)[0]
+        self._cache[0] = None  # the workspace's copy is overwritten below
         dX, self.grads["W"], self.grads["b"] = conv2d_backward(
             dZ,
             A,
@@ -472,6 +579,7 @@ class Conv2D(Layer):
             padding=padding,
             xp=xp,
             input_grad=self._input_grad(),
+            work=work,
         )
         return dX
 
