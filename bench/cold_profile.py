@@ -54,16 +54,21 @@ LONG_S = 5.0
 TOP = 3
 
 
-def _probe(fn, path, profile):
+def _probe(fn, path, profile, trace=False):
     """A closure for the fresh process: first and second call of ``fn``, timed
     (and profiled when ``profile``), with the time the garbage collector took
-    in each, written as JSON to ``path``."""
+    in each and the minor page faults each caused (``ru_minflt``: first
+    touches of freshly mapped memory), written as JSON to ``path``. With
+    ``trace``, each call's peak of traced allocations (tracemalloc; NumPy
+    reports its array buffers to it) instead, with no timing worth reading."""
 
     def probe():
         import cProfile
         import gc
+        import resource as _resource
         import sys as _sys
         import time as _time
+        import tracemalloc
 
         clock = {"in_gc": 0.0}
 
@@ -73,12 +78,18 @@ def _probe(fn, path, profile):
             elif "t" in clock:
                 clock["in_gc"] += _time.perf_counter() - clock.pop("t")
 
+        def faults():
+            return _resource.getrusage(_resource.RUSAGE_SELF).ru_minflt
+
         before = set(_sys.modules)
-        times, in_gc, profs = [], [], []
+        times, in_gc, profs, flt, peaks = [], [], [], [], []
         gc.callbacks.append(gc_timer)
         for _ in range(2):
             prof = cProfile.Profile() if profile else None
             clock["in_gc"] = 0.0
+            if trace:
+                tracemalloc.start()
+            f0 = faults()
             t0 = _time.perf_counter()
             if prof:
                 prof.enable()
@@ -86,13 +97,18 @@ def _probe(fn, path, profile):
             if prof:
                 prof.disable()
             times.append(_time.perf_counter() - t0)
+            flt.append(faults() - f0)
+            if trace:
+                peaks.append(tracemalloc.get_traced_memory()[1])
+                tracemalloc.stop()
             in_gc.append(clock["in_gc"])
             profs.append(prof)
             if not profs[1:]:
                 imported = sorted(set(_sys.modules) - before)
         gc.callbacks.remove(gc_timer)
-        out = {"first": times[0], "second": times[1], "gc": in_gc}
+        out = {"first": times[0], "second": times[1], "gc": in_gc, "faults": flt}
         out["imported"] = imported
+        out["peaks"] = peaks
         if profile:
             out["one_time"] = _one_time(profs[0], profs[1])
             out["import_ms"] = _import_ms(profs[0])
@@ -191,30 +207,35 @@ def _run(runner, fn, side, repeats, backend):
     backend = backend if side == "xpml" else "numpy"
     tmp = tempfile.mkdtemp(prefix="xpml-cold-profile-")
 
-    def one(i, profile):
+    def one(i, profile, trace=False):
         path = os.path.join(tmp, f"{side}{i}.json")
-        res = runner.run(_probe(fn, path, profile), side=side, backend=backend)
+        probe = _probe(fn, path, profile, trace)
+        res = runner.run(probe, side=side, backend=backend)
         if not res.get("ok"):
             raise RuntimeError(res.get("error", "?"))
         with open(path) as fh:
             return json.load(fh)
 
-    firsts, seconds, gc_first = [], [], []
+    firsts, seconds, gc_first, faults = [], [], [], []
     try:
         for i in range(repeats):
             out = one(i, False)
             firsts.append(out["first"])
             seconds.append(out["second"])
             gc_first.append(out["gc"][0])
+            faults.append(out["faults"])
             if out["first"] > LONG_S:
                 break  # long: one timing stands
         profile = one(repeats, True)
+        peaks = one(repeats + 1, False, trace=True)["peaks"]
     except RuntimeError as exc:
         return {"error": str(exc)}
     return {
         "first": statistics.median(firsts),
         "second": statistics.median(seconds),
         "gc_first": statistics.median(gc_first),
+        "faults": [statistics.median(f[j] for f in faults) for j in (0, 1)],
+        "peak_mb": [p / 2**20 for p in peaks],
         "runs": len(firsts),
         "firsts": firsts,
         "seconds": seconds,
@@ -278,11 +299,16 @@ def _ms(x):
 
 def _side_cells(side):
     if not side:
-        return "- | - | -"
+        return "- | - | - | - | -"
     if "error" in side:
-        return f"error: {side['error'][:60]} | - | -"
+        return f"error: {side['error'][:60]} | - | - | - | -"
     ratio = side["first"] / side["second"] if side["second"] else float("nan")
-    return f"{_ms(side['first'])} | {_ms(side['second'])} | {ratio:.2f}"
+    f1, f2 = side["faults"]
+    p1, p2 = side["peak_mb"]
+    return (
+        f"{_ms(side['first'])} | {_ms(side['second'])} | {ratio:.2f} "
+        f"| {f1:.0f} / {f2:.0f} | {p1:.1f} / {p2:.1f}"
+    )
 
 
 def _costs(side, top=TOP):
@@ -300,10 +326,12 @@ def _costs(side, top=TOP):
 
 
 HEADER = (
-    "| suite | case | n | xpml 1st | xpml 2nd | 1st/2nd | ref 1st | ref 2nd "
-    "| 1st/2nd | xpml gc in 1st | ref gc in 1st | xpml imports in 1st "
+    "| suite | case | n | xpml 1st | xpml 2nd | 1st/2nd | xpml faults 1st / 2nd "
+    "| xpml peak MB 1st / 2nd | ref 1st | ref 2nd | 1st/2nd | ref faults 1st / 2nd "
+    "| ref peak MB 1st / 2nd | xpml gc in 1st | ref gc in 1st | xpml imports in 1st "
     "| top xpml one-time costs (function: ms) | top ref one-time cost |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+    "|---:|---:|---:|---|---|"
 )
 
 
@@ -341,7 +369,11 @@ def _write(bench, args, elapsed):
             "further profiled process per side (cProfile adds overhead; "
             "'in' = nearest xpml/sklearn caller). gc: ms the garbage collector "
             "ran during the 1st call (median); in a forked child a full "
-            "collection also copies the server's pages (copy-on-write).\n\n"
+            "collection also copies the server's pages (copy-on-write). "
+            "faults: minor page faults of each call (`ru_minflt`, median; 4 KiB "
+            "pages first touched: freshly mapped memory). peak MB: each call's "
+            "peak of traced allocations (tracemalloc, one further process; "
+            "NumPy reports its buffers, PyTorch does not).\n\n"
         )
         fh.write(HEADER + "\n")
         for row in bench.rows:
