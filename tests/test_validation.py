@@ -89,3 +89,22 @@ def test_random_state():
     np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="random_state must be"):
         check_random_state("seed")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_finite_check_when_the_sum_overflows(xp, dtype):
+    """The finiteness check sums first; finite entries whose sum overflows are
+    accepted, and NaN or infinity among them still named as before."""
+    big = np.finfo(dtype).max
+    X = np.full((4, 3), big / 2, dtype=dtype)  # every entry finite, the sum inf
+    out = check_array(xp.asarray(X), xp=xp.xp)
+    np.testing.assert_array_equal(xp.to_numpy(out), X)
+    X[2, 1], X[3, 0] = np.inf, -big
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        check_array(xp.asarray(X), xp=xp.xp)
+    X[1, 2] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        check_array(xp.asarray(X), xp=xp.xp)
+    X = np.full((2, 2), -big, dtype=dtype)
+    X[0, 0] = big  # +max and -max: the sum of the finite entries is -inf
+    check_array(xp.asarray(X), xp=xp.xp)
