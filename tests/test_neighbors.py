@@ -635,3 +635,30 @@ def test_single_class_as_sklearn(xp, rng, weights):
     proba = xp.to_numpy(clf.predict_proba(xp.asarray(Q)))
     np.testing.assert_allclose(proba, sk.predict_proba(Q))
     assert proba.shape == (5, 1)
+
+
+@pytest.mark.parametrize("p", [1, 1.5, 2, np.inf])
+def test_kd_tree_scipy_fast_path_is_exact(p, rng):
+    # SciPy's cKDTree proposes the neighbours, queries tied (or nearly) at the
+    # k-th distance are redone by the portable search: both paths bit-equal to
+    # the exhaustive search on grid ties, duplicates, far queries, and k = n
+    from xpml.neighbors._search import (
+        _exact_kd_portable,
+        _exact_kd_scipy,
+        build_kd_tree,
+        exhaustive_kneighbors,
+    )
+
+    grid = rng.integers(0, 3, size=(90, 3)).astype(float)
+    X = np.concatenate([rng.normal(size=(400, 3)), np.zeros((10, 3)), grid])
+    Q = np.concatenate(
+        [rng.normal(size=(60, 3)), 5 * rng.normal(size=(10, 3)), np.zeros((3, 3))]
+    )
+    Q = np.concatenate([Q, rng.integers(0, 3, size=(30, 3)).astype(float)])
+    for Xt, leaf_size, k in ((X, 16, 1), (X, 16, 7), (X[:9], 16, 9)):
+        tree = build_kd_tree(Xt, leaf_size)
+        want_d, want_i = exhaustive_kneighbors(Q, Xt, k, xp=np, p=p)
+        for search in (_exact_kd_scipy, _exact_kd_portable):
+            d, i = search(tree, Xt, Q, k, xp=np, p=p)
+            np.testing.assert_array_equal(i, want_i)
+            np.testing.assert_array_equal(d, want_d)

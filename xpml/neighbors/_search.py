@@ -37,6 +37,12 @@ kept, and the k smallest by (rank, index) taken, so the answer is exact and
 follows the same tie rule. With ``max_leaves`` each query visits leaves
 best-bin-first and stops after that many (once it holds ``k`` candidates): the
 approximate mode.
+
+On NumPy the exact search has a fast path (``"neighbors.kd_tree_exact"``):
+SciPy's compiled ``cKDTree`` proposes each query's ``k + 1`` nearest, the first
+``k`` are kept where the next one is clearly farther, and the queries tied (or
+nearly) at the k-th distance are answered by the vectorised search above, so
+the answer, measured by the same direct formula, is the same to the bit.
 """
 
 from __future__ import annotations
@@ -57,11 +63,14 @@ from xpml.kernels import (
 from xpml.linalg import host_threads, map_row_blocks
 from xpml.utils._array_api import (
     device,
+    dispatch,
     eps,
+    fast_path,
     is_numpy_namespace,
     is_torch_namespace,
     itemsize,
     memory_budget,
+    portable,
 )
 from xpml.utils._array_api import memory_budget as memory_budget_bytes
 
@@ -796,11 +805,56 @@ def _exact_kd_search(tree, X, Q, k, *, p, chunk_elements=2**22):
     return out_d, out_i
 
 
+def _exact_kd_example():
+    """NumPy inputs for the fast path's agreement test: clustered points with
+    duplicates, grid ties and far queries."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(300, 3)), np.zeros((12, 3))])
+    X = np.concatenate([X, rng.integers(0, 3, size=(60, 3)).astype(float)])
+    Q = np.concatenate([rng.normal(size=(40, 3)), 5 * rng.normal(size=(8, 3))])
+    Q = np.concatenate([Q, np.zeros((3, 3)), rng.integers(0, 3, size=(9, 3))])
+    return (build_kd_tree(X, 16), X, Q, 6), {"xp": None, "p": 2}
+
+
+@portable("neighbors.kd_tree_exact")
+def _exact_kd_portable(tree, X, Q, k, /, *, xp, p=2):
+    """xpml's own exact search on the tree (see :func:`_exact_kd_search`)."""
+    return _exact_kd_search(tree, X, Q, k, p=p)
+
+
+@fast_path("neighbors.kd_tree_exact", "numpy", example=_exact_kd_example)
+def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
+    """SciPy's compiled k-d tree (``scipy.spatial.cKDTree``) proposes each
+    query's ``k + 1`` nearest; where the ``(k+1)``-th lies clearly beyond the
+    k-th (relative gap above 1e-9, far above both libraries' rounding, and no
+    underflow or overflow in the rank measure) the first ``k`` are the answer's
+    set, measured and ordered by :func:`_refine` as the exhaustive search does.
+    The other queries (ties or near-ties at the k-th distance, duplicates) are
+    answered by the portable search, which applies the (distance, index) rule."""
+    from scipy.spatial import cKDTree
+
+    kk = min(k + 1, X.shape[0])
+    dist, ind = cKDTree(X, leafsize=16).query(Q, kk, p=p, workers=host_threads(np))
+    dist, ind = dist.reshape(-1, kk), ind.reshape(-1, kk)
+    rank = dist if p == math.inf else dist**p
+    if kk > k:  # is the k-th rank clearly below the next one?
+        tiny = 1e3 * np.finfo(X.dtype).tiny
+        clear = (rank[:, k] > rank[:, k - 1] * (1.0 + 1e-9)) & (rank[:, k] > tiny)
+    else:  # k == n: every point is a neighbour
+        clear = np.ones(Q.shape[0], dtype=bool)
+    out_d, out_i = _refine(Q, X, ind[:, :k].astype(np.int64), xp=np, p=p)
+    redo = np.flatnonzero(~(clear & np.isfinite(rank[:, k - 1])))
+    if redo.size:
+        out_d[redo], out_i[redo] = _exact_kd_search(tree, X, Q[redo], k, p=p)
+    return out_d, out_i
+
+
 def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
     """k nearest neighbours of host queries ``Q`` in host data ``X`` with a tree
     from :func:`build_kd_tree`.
 
-    Exact (``max_leaves`` None), vectorised over all queries (a fixed number
+    Exact (``max_leaves`` None; on NumPy SciPy's ``cKDTree`` with the ties
+    redone here, see the module notes), vectorised over all queries (a fixed number
     of NumPy steps per tree level, none per query or per leaf): each query's
     k-th rank measure within its home leaf bounds its search; the leaves whose
     box lies within that bound are found by descending the tree level by level
@@ -823,7 +877,7 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
         return _best_bin_first(tree, X, Q, k, max_leaves, p=p)
     if k > int((tree["leaf_points"] >= 0).sum(axis=1).min()):
         return exhaustive_kneighbors(Q, X, k, xp=np, p=p)
-    return _exact_kd_search(tree, X, Q, k, p=p)
+    return dispatch("neighbors.kd_tree_exact", np)(tree, X, Q, k, xp=np, p=p)
 
 
 def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
