@@ -655,10 +655,11 @@ def test_kd_tree_scipy_fast_path_is_exact(p, rng):
         [rng.normal(size=(60, 3)), 5 * rng.normal(size=(10, 3)), np.zeros((3, 3))]
     )
     Q = np.concatenate([Q, rng.integers(0, 3, size=(30, 3)).astype(float)])
-    for Xt, leaf_size, k in ((X, 16, 1), (X, 16, 7), (X[:9], 16, 9)):
-        tree = build_kd_tree(Xt, leaf_size)
-        want_d, want_i = exhaustive_kneighbors(Q, Xt, k, xp=np, p=p)
+    X32, Q32 = X.astype(np.float32), Q.astype(np.float32)
+    for Xt, Qt, k in ((X, Q, 1), (X, Q, 7), (X[:9], Q, 9), (X32, Q32, 5)):
+        tree = build_kd_tree(Xt, 16)
+        want_d, want_i = exhaustive_kneighbors(Qt, Xt, k, xp=np, p=p)
         for search in (_exact_kd_scipy, _exact_kd_portable):
-            d, i = search(tree, Xt, Q, k, xp=np, p=p)
+            d, i = search(tree, Xt, Qt, k, xp=np, p=p)
             np.testing.assert_array_equal(i, want_i)
             np.testing.assert_array_equal(d, want_d)

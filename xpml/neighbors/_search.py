@@ -621,6 +621,20 @@ def _coordinate_rank(Qc, blocks, p):
     return R
 
 
+def _refine_host(Q, X, ind, p):
+    """:func:`_refine` for the k-d tree's host NumPy data: the same values (one
+    coordinate at a time in :func:`_direct_rank`'s order, exact for d < 8
+    where NumPy sums a short axis in order) from one gather of coordinate rows
+    instead of point rows and a reduction over a short axis."""
+    if X.shape[1] >= 8:
+        return _refine(Q, X, ind, xp=np, p=p)
+    ind = np.sort(ind, axis=1)
+    blocks = np.ascontiguousarray(X.T).take(ind, axis=1)  # (d, m, k)
+    R = _coordinate_rank(Q, blocks.transpose(1, 0, 2), p)
+    order = np.argsort(R, axis=1, kind="stable")
+    return np.take_along_axis(R, order, axis=1), np.take_along_axis(ind, order, axis=1)
+
+
 def _leaf_blocks(X, leaf_points):
     """The leaves' points, leaf-major and coordinate-major (n_leaves, d, w),
     padding at +inf: a leaf's block is one contiguous copy."""
@@ -779,7 +793,7 @@ def _exact_chunk(t, X, Qc, home, k, *, p):
     else:
         extra = (pq, pq, np.empty(0, dtype=D.dtype))
     ind = _select(D, t.leaf_points[home], extra, k)
-    return _refine(Qc, X, ind, xp=np, p=p)
+    return _refine_host(Qc, X, ind, p)
 
 
 def _exact_kd_search(tree, X, Q, k, *, p, chunk_elements=2**22):
@@ -826,9 +840,10 @@ def _exact_kd_portable(tree, X, Q, k, /, *, xp, p=2):
 def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
     """SciPy's compiled k-d tree (``scipy.spatial.cKDTree``) proposes each
     query's ``k + 1`` nearest; where the ``(k+1)``-th lies clearly beyond the
-    k-th (relative gap above 1e-9, far above both libraries' rounding, and no
-    underflow or overflow in the rank measure) the first ``k`` are the answer's
-    set, measured and ordered by :func:`_refine` as the exhaustive search does.
+    k-th (relative gap above 1e-9 plus a few of ``X``'s eps, far above both
+    libraries' rounding, and no underflow or overflow in the rank measure) the
+    first ``k`` are the answer's set, measured and ordered as the exhaustive
+    search's :func:`_refine` does.
     The other queries (ties or near-ties at the k-th distance, duplicates) are
     answered by the portable search, which applies the (distance, index) rule."""
     from scipy.spatial import cKDTree
@@ -837,12 +852,14 @@ def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
     dist, ind = cKDTree(X, leafsize=16).query(Q, kk, p=p, workers=host_threads(np))
     dist, ind = dist.reshape(-1, kk), ind.reshape(-1, kk)
     rank = dist if p == math.inf else dist**p
-    if kk > k:  # is the k-th rank clearly below the next one?
-        tiny = 1e3 * np.finfo(X.dtype).tiny
-        clear = (rank[:, k] > rank[:, k - 1] * (1.0 + 1e-9)) & (rank[:, k] > tiny)
+    if kk > k:  # is the k-th rank clearly below the next one, in X's precision?
+        fi = np.finfo(X.dtype)
+        gap = 1.0 + 1e-9 + (8 * X.shape[1] + 64) * fi.eps
+        clear = (rank[:, k] > rank[:, k - 1] * gap) & (rank[:, k] > 1e3 * fi.tiny)
+        clear &= rank[:, k] < fi.max / 4
     else:  # k == n: every point is a neighbour
         clear = np.ones(Q.shape[0], dtype=bool)
-    out_d, out_i = _refine(Q, X, ind[:, :k].astype(np.int64), xp=np, p=p)
+    out_d, out_i = _refine_host(Q, X, ind[:, :k].astype(np.int64), p)
     redo = np.flatnonzero(~(clear & np.isfinite(rank[:, k - 1])))
     if redo.size:
         out_d[redo], out_i[redo] = _exact_kd_search(tree, X, Q[redo], k, p=p)
