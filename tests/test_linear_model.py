@@ -476,3 +476,122 @@ def test_ridge_dual_at_alpha_zero_is_least_squares(xp):
     r = Ridge(alpha=0.0, solver="dual").fit(xp.asarray(X), xp.asarray(y))
     assert r.solver_ == "svd"
     np.testing.assert_allclose(xp.to_numpy(r.coef_), ref.coef_, rtol=1e-8)
+
+
+# ------------------------------ logistic Newton: subsample warm start (issue 14)
+def _many_rows(n=4096, d=3, seed=0):
+    """Enough rows for the subsample warm start (n >= 4 * 1024 at d = 3)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * [1.0, 3.0, 0.3] + [0.5, 0.0, -1.0]
+    z = X @ np.array([1.0, -0.4, 2.0]) + 0.3
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-z))).astype(np.int64)
+    return X, y, rng.uniform(0.2, 2.0, n)
+
+
+def _full_newton(monkeypatch, X, y, sw, **kw):
+    """The same fit by full Newton steps (no subsample warm start)."""
+    from xpml.linear_model import _logistic
+
+    with monkeypatch.context() as m:
+        m.setattr(_logistic, "_subsample_stride", lambda n, d: 0)
+        return LogisticRegression(**kw).fit(X, y, sample_weight=sw)
+
+
+def _check_subsample_fit(xp, monkeypatch, kw):
+    """Many rows, cold start: the subsample's Newton fit, then BFGS steps from
+    its Hessian, reach full Newton's optimum (and scikit-learn's) at the same
+    tol, with sample weights."""
+    from xpml.linear_model import _logistic
+
+    X, y, sw = _many_rows()
+    calls = []
+    spy = _logistic.LogisticRegression._solve_quasi_newton
+    monkeypatch.setattr(
+        _logistic.LogisticRegression,
+        "_solve_quasi_newton",
+        lambda self, *a, **k: calls.append(1) or spy(self, *a, **k),
+    )
+    m = LogisticRegression(tol=1e-8, **kw).fit(
+        xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(sw)
+    )
+    assert calls and m.converged_ and 1 <= int(m.n_iter_[0]) <= 20
+    full = _full_newton(monkeypatch, X, y, sw, tol=1e-8, **kw)
+    assert not calls[1:]  # the full-Newton reference took the other path
+    np.testing.assert_allclose(xp.to_numpy(m.coef_), full.coef_, atol=1e-8)
+    np.testing.assert_allclose(xp.to_numpy(m.intercept_), full.intercept_, atol=1e-8)
+    ref = sk.LogisticRegression(solver="newton-cholesky", tol=1e-12, **kw)
+    ref.fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(xp.to_numpy(m.coef_), ref.coef_, atol=1e-6)
+    np.testing.assert_allclose(xp.to_numpy(m.intercept_), ref.intercept_, atol=1e-6)
+
+
+def test_logistic_subsample_start_reaches_newton_and_sklearn(xp, monkeypatch):
+    _check_subsample_fit(xp, monkeypatch, {"C": 1.0})
+
+
+@pytest.mark.parametrize("kw", [{"C": 0.01, "fit_intercept": False}, {"C": np.inf}])
+def test_logistic_subsample_start_no_intercept_no_penalty(monkeypatch, kw):
+    """As above (NumPy) without an intercept, and without a penalty."""
+    from types import SimpleNamespace
+
+    numpy = SimpleNamespace(asarray=np.asarray, to_numpy=np.asarray)
+    _check_subsample_fit(numpy, monkeypatch, kw)
+
+
+def test_logistic_subsample_start_not_taken_when_warm_or_separable(monkeypatch):
+    """warm_start keeps its start (full Newton steps from it); separable data
+    (no penalty) fall back to full Newton and warn as before."""
+    X, y, _ = _many_rows()
+    m = LogisticRegression(warm_start=True, tol=1e-8).fit(X, y)
+    m.fit(X, y)
+    assert m.n_iter_[0] == 0  # already at the optimum: no step
+    Xs = X.copy()
+    Xs[:, 0] += 4.0 * (2 * y - 1)  # a wide margin along the first axis
+    with pytest.warns(SeparableDataWarning):
+        s = LogisticRegression(C=np.inf).fit(Xs, y)
+    with pytest.warns(SeparableDataWarning):
+        full = _full_newton(monkeypatch, Xs, y, None, C=np.inf)
+    assert s.n_iter_[0] == full.n_iter_[0]
+    np.testing.assert_array_equal(s.coef_, full.coef_)
+
+
+def test_logistic_fused_scores_and_gradient(xp):
+    """The one-pass scores' change and gradient (row blocks on NumPy) equal the
+    two products ``X e`` and ``Xᵀ ω (σ(z + X e) − y)`` (one block, by hand)."""
+    from xpml.linear_model._logistic import _scores_and_gradient
+
+    X, y, sw = _many_rows(n=101)
+    rng = np.random.default_rng(1)
+    z, e = rng.standard_normal(101), rng.standard_normal(4)
+    dz = X @ e[1:] + e[0]
+    r = sw * (1 / (1 + np.exp(-(z + dz))) - y)
+    want = np.concatenate([[r.sum()], X.T @ r])
+    args = [xp.asarray(a) for a in (X, z, e, y.astype(float), sw)]
+    for rows in (None, 10, 101):
+        got_dz, got_g = _scores_and_gradient(
+            *args, xp=xp.xp, fit_intercept=True, rows=rows
+        )
+        np.testing.assert_allclose(xp.to_numpy(got_dz), dz, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(xp.to_numpy(got_g), want, rtol=1e-12, atol=1e-12)
+    _, g = _scores_and_gradient(
+        *args[:2], args[2][1:], *args[3:], xp=xp.xp, fit_intercept=False
+    )
+    r = sw * (1 / (1 + np.exp(-(z + X @ e[1:]))) - y)
+    np.testing.assert_allclose(xp.to_numpy(g), X.T @ r, rtol=1e-12, atol=1e-12)
+
+
+def test_logistic_bfgs_update_secant_and_skip(xp):
+    """BFGS: the update is symmetric and satisfies the secant equation
+    ``H⁺ s = r``; a step without positive curvature leaves ``H`` unchanged."""
+    from xpml.linear_model._logistic import _bfgs_update
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((5, 5))
+    H = A @ A.T + 5 * np.eye(5)
+    s = rng.standard_normal(5)
+    r = (H + np.diag(rng.uniform(0.5, 1.0, 5))) @ s
+    Hn = xp.to_numpy(_bfgs_update(*(xp.asarray(a) for a in (H, s, r)), xp=xp.xp))
+    np.testing.assert_allclose(Hn @ s, r, rtol=1e-12)
+    np.testing.assert_allclose(Hn, Hn.T, atol=1e-12)
+    same = _bfgs_update(*(xp.asarray(a) for a in (H, s, -r)), xp=xp.xp)
+    np.testing.assert_array_equal(xp.to_numpy(same), H)

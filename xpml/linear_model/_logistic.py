@@ -35,6 +35,7 @@ from xpml.linear_model._base import (
     solve_spd,
 )
 from xpml.utils._array_api import device as _device
+from xpml.utils._array_api import eps
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import check_random_state
 
@@ -148,6 +149,93 @@ def _binary_newton_system(X, z, y, sw, w, /, *, lam, xp, fit_intercept, rows=Non
     return gw, r_sum[None], H
 
 
+def _subsample_stride(n, d):
+    """Row stride ``k`` of the warm start's Hessian sample, about
+    ``4 max(1024, 128 (d + 1))`` rows (its fit uses every fourth of them); 0 (no
+    warm start) when that would be all the rows."""
+    return n // (4 * max(1024, 128 * (d + 1)))
+
+
+def _bfgs_update(H, s, r, /, *, xp):
+    """BFGS update of the Hessian approximation ``H`` with the step ``s`` and the
+    change of gradient ``r``: ``H − H s sᵀH / sᵀHs + r rᵀ / rᵀs``; ``H``
+    unchanged when the curvature ``rᵀs`` is not clearly positive (no host sync)."""
+    Hs = H @ s
+    sHs, rs = xp.sum(s * Hs), xp.sum(r * s)
+    ok = (sHs > 0) & (rs > 1e-10 * sHs)
+    one = xp.ones_like(sHs)
+    sHs, rs = xp.where(ok, sHs, one), xp.where(ok, rs, one)
+    new = H - Hs[:, None] * (Hs[None, :] / sHs) + r[:, None] * (r[None, :] / rs)
+    return xp.where(ok, new, H)
+
+
+def _binary_objective(z, y, sw, w, /, *, lam, xp):
+    """``F`` of the binary problem at scores ``z`` (a device scalar)."""
+    F = -xp.sum(sw * (log_sigmoid(z, xp=xp) - (1.0 - y) * z))
+    return F + 0.5 * lam * xp.sum(w * w) if lam else F
+
+
+def _flat_gradient(X, z, y, sw, w, /, *, lam, xp, fit_intercept):
+    """The binary gradient as one vector, intercept first: ``(p,)``."""
+    gw, gb = _binary_gradient(
+        X, z, y, sw, w, lam=lam, xp=xp, fit_intercept=fit_intercept
+    )
+    return xp.concat([gb, gw]) if fit_intercept else gw
+
+
+def _objective_along(line, t, /, *, lam, xp):
+    """The binary ``F`` at ``t`` along ``line = (z, dz, w, ew, y, ω)``."""
+    z, dz, w, ew, y, sw = line
+    return _binary_objective(z + t * dz, y, sw, w + t * ew, lam=lam, xp=xp)
+
+
+def _backtrack(objective, F, slope, resolution, /):
+    """Armijo backtracking: ``(t, F(t))`` for the first ``t = 1, ½, ¼, …`` with
+    ``F(t) ≤ F + 10⁻⁴ t · slope`` (30 halvings at most); ``objective(t)`` is
+    ``F`` at step ``t`` (a device scalar). Where the predicted decrease
+    ``|slope|`` is below ``resolution`` (the rounding of ``F``'s sum), ``F``
+    cannot judge the step: ``F(t) ≤ F + resolution`` accepts it."""
+    F, slope, step = float(F), float(slope), 1.0
+    flat = abs(slope) <= resolution
+    for _ in range(30):
+        Fn = float(objective(step))
+        if Fn <= F + 1e-4 * step * slope or step < 1e-10:
+            break
+        if flat and Fn <= F + resolution:
+            break
+        step *= 0.5
+    return step, Fn
+
+
+def _scores_and_gradient(X, z, e, y, sw, /, *, xp, fit_intercept, rows=None):
+    """The change of scores ``dz = X e_w + e_b`` along the step ``e`` (intercept
+    first when ``fit_intercept``) and the loss's gradient (no penalty) at
+    ``z + dz``, intercept first: ``(dz, g)``, in one pass over ``X`` by row
+    blocks (each block is read twice while it is in cache)."""
+    n = X.shape[0]
+    rows = rows or block_rows(X, xp=xp)
+    ew, eb = (e[1:], e[0]) if fit_intercept else (e, 0.0)
+    gw = xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X))
+    parts, r_sum = [], xp.zeros((), dtype=X.dtype, device=_device(X))
+    for a in range(0, n, rows):
+        Xc = X[a : min(a + rows, n), :]
+        d = Xc @ ew + eb
+        r = sw[a : a + d.shape[0]] * (
+            sigmoid(z[a : a + d.shape[0]] + d, xp=xp) - y[a : a + d.shape[0]]
+        )
+        gw, r_sum = gw + Xc.T @ r, r_sum + xp.sum(r)
+        parts.append(d)
+    dz = parts[0] if len(parts) == 1 else xp.concat(parts)
+    return dz, (xp.concat([r_sum[None], gw]) if fit_intercept else gw)
+
+
+def _add_penalty(g, w, b, /, *, lam, xp, fit_intercept):
+    """The flat gradient ``g`` (intercept first) plus the penalty's ``λ w``."""
+    if not lam:
+        return g
+    return g + lam * (xp.concat([xp.zeros_like(b), w]) if fit_intercept else w)
+
+
 def _separated(Z, codes, sw, /, *, xp, binary):
     """True when every positively-weighted training point is classified correctly
     with a positive margin (then the unregularised MLE does not exist)."""
@@ -222,7 +310,11 @@ class LogisticRegression(
         penalty they run ``"newton"``; "l1" (with "liblinear" or "saga") and
         "elasticnet" (with "saga") run FISTA. Unlike liblinear, the intercept
         is never penalised.
-        ``"newton"``: Newton–Raphson = IRLS with a backtracking line search;
+        ``"newton"``: Newton–Raphson = IRLS with a backtracking line search
+        (two classes, a cold start and at least ``4 max(1024, 128 (d + 1))``
+        rows: Newton on a strided subsample first, then BFGS steps on all rows
+        from a subsample's Hessian: one pass over ``X`` per step instead of a
+        new Hessian; ``n_iter_`` counts the steps on all rows);
         ``"gd"``: full-batch gradient descent; ``"sgd"``: mini-batch stochastic
         gradient descent with a decaying step.
     fit_intercept : bool, default=True
@@ -474,6 +566,8 @@ class LogisticRegression(
         solve = getattr(self, f"_solve_{method}")
         if method == "prox":
             solve = functools.partial(solve, l1=l1)
+        elif method == "newton":
+            solve = functools.partial(solve, cold=prev is None)
         owner = type(self).__name__
         with linalg_errors(X, xp=xp, what="Newton system / Hessian", owner=owner):
             W, b, n_iter, converged = solve(
@@ -522,7 +616,23 @@ class LogisticRegression(
             xp.sum(sw)
         )
 
-    def _solve_newton(self, X, Y, sw, W, b, /, *, lam, xp, binary):
+    def _solve_newton(self, X, Y, sw, W, b, /, *, lam, xp, binary, cold=False):
+        """Newton (IRLS); for two classes and many rows from a cold start, the
+        warm start of :meth:`_subsample_start` and the quasi-Newton steps of
+        :meth:`_solve_quasi_newton`, else the full Newton steps."""
+        start = None
+        if binary and cold:
+            start = self._subsample_start(X, Y[:, 0], sw, W, b, lam=lam, xp=xp)
+        if start is not None:
+            return self._solve_quasi_newton(X, Y[:, 0], sw, start, lam=lam, xp=xp)
+        return self._newton_steps(
+            X, Y, sw, W, b, lam=lam, xp=xp, binary=binary, tol=self.tol
+        )
+
+    def _newton_steps(self, X, Y, sw, W, b, /, *, lam, xp, binary, tol):
+        """Newton steps with a backtracking line search until
+        ``max |∇F| / Σω ≤ tol / 100``; the Hessian is rebuilt while
+        ``max |∇F| / Σω > tol``."""
         fi = self.fit_intercept
         total = float(xp.sum(sw))
         codes = xp.astype(Y[:, 0], xp.int64) if binary else xp.argmax(Y, axis=1)
@@ -551,14 +661,14 @@ class LogisticRegression(
             if not math.isfinite(gmax):  # overflow: stop now, fit() names the cause
                 W = W + gmax
                 break
-            if gmax / total <= self.tol * 1e-2:
+            if gmax / total <= tol * 1e-2:
                 converged, it = True, it - 1
                 break
             if not lam and _separated(Z, codes, sw, xp=xp, binary=binary):
                 break
             # once within tol, Newton's quadratic convergence lets the last
             # Hessian take the polishing step(s) to tol / 100 (no pass to rebuild it)
-            renew = gmax / total > self.tol
+            renew = gmax / total > tol
             if binary:
                 g = xp.concat([gb, gW[:, 0]]) if fi else gW[:, 0]
                 e = -solve_spd(
@@ -580,6 +690,92 @@ class LogisticRegression(
                 step *= 0.5
             W, b, F, Z = Wn, bn, Fn, Zn
         return W, b, it, converged
+
+    def _subsample_start(self, X, y, sw, W, b, /, *, lam, xp):
+        """``(w, b, H)``: Newton on every ``4k``-th row (``k`` from
+        :func:`_subsample_stride`; weights rescaled to the same total, so the
+        penalty weighs the same) to ``tol = max(self.tol, 1e-3)``, and the
+        Hessian of every ``k``-th row there, an estimate of the full one; None
+        when the data are too few or the subsample's fit does not converge
+        (e.g. it is separable)."""
+        k = _subsample_stride(*X.shape)
+        if not k:
+            return None
+        total = float(xp.sum(sw))
+        Xh, yh, swh = X[::k, :], y[::k], sw[::k]  # views
+        Xs, ys, sws = xp.asarray(Xh[::4, :], copy=True), yh[::4], swh[::4]
+        sub_total = float(xp.sum(sws))  # swh's total is at least this
+        if not sub_total > 0:
+            return None
+        Ws, bs, _, converged = self._newton_steps(
+            Xs, ys[:, None], sws * (total / sub_total), W, b,
+            lam=lam, xp=xp, binary=True, tol=max(self.tol, 1e-3),
+        )  # fmt: skip
+        if not converged:
+            return None
+        w = Ws[:, 0]
+        _, _, H = _binary_newton_system(
+            Xh, Xh @ w + bs, yh, swh * (total / float(xp.sum(swh))), w,
+            lam=lam, xp=xp, fit_intercept=self.fit_intercept,
+        )  # fmt: skip
+        return w, bs, H
+
+    def _solve_quasi_newton(self, X, y, sw, start, /, *, lam, xp):
+        """Binary Newton-type steps from ``(w, b)`` with the Hessian estimate
+        ``H``, BFGS-updated: per step one pass over ``X`` (by row blocks) for
+        the scores' change and the gradient at the full step. Where a step cuts ``max |∇F|`` by
+        less than half, the exact Hessian is built at the next point (a Newton
+        step). Stops as :meth:`_newton_steps` (``max |∇F| / Σω ≤ tol / 100``).
+        Returns ``(W, b, steps, converged)`` as the other solvers."""
+        (w, b, H), fi, total = start, self.fit_intercept, float(xp.sum(sw))
+        codes = xp.astype(y, xp.int64)
+        z, g = _scores_and_gradient(  # the scores and gradient at the start: one pass
+            X,
+            xp.zeros_like(y),
+            xp.concat([b, w]) if fi else w,
+            y,
+            sw,
+            xp=xp,
+            fit_intercept=fi,
+        )
+        g = _add_penalty(g, w, b, lam=lam, xp=xp, fit_intercept=fi)
+        F = _binary_objective(z, y, sw, w, lam=lam, xp=xp)
+        rounding = math.sqrt(X.shape[0]) * eps(X.dtype, xp)  # of F's sum, relative
+        converged, it, last = False, 0, math.inf
+        for it in range(1, self.max_iter + 1):
+            gmax = float(xp.max(xp.abs(g)))
+            if not math.isfinite(gmax):  # overflow: stop now, fit() names the cause
+                w = w + gmax
+                break
+            if gmax / total <= self.tol * 1e-2:
+                converged, it = True, it - 1
+                break
+            if not lam and _separated(z[:, None], codes, sw, xp=xp, binary=True):
+                break
+            if gmax > 0.5 * last:  # slow progress: an exact Newton step
+                _, _, H = _binary_newton_system(
+                    X, z, y, sw, w, lam=lam, xp=xp, fit_intercept=fi
+                )
+            last = gmax
+            e = -solve_spd(H, g, X, xp=xp, owner="LogisticRegression", what="Hessian")
+            ew, eb = (e[1:], e[:1]) if fi else (e, xp.zeros_like(b))
+            # the scores' change and the gradient at the full step in one pass
+            dz, g_new = _scores_and_gradient(X, z, e, y, sw, xp=xp, fit_intercept=fi)
+            line = (z, dz, w, ew, y, sw)
+            step, F = _backtrack(
+                functools.partial(_objective_along, line, lam=lam, xp=xp),
+                F,
+                xp.sum(g * e),
+                rounding * abs(float(F)),
+            )
+            w, b, z = w + step * ew, b + step * eb, z + step * dz
+            if step < 1.0:  # the gradient at the point the line search chose
+                g_new = _flat_gradient(X, z, y, sw, w, lam=lam, xp=xp, fit_intercept=fi)
+            else:
+                g_new = _add_penalty(g_new, w, b, lam=lam, xp=xp, fit_intercept=fi)
+            H = _bfgs_update(H, step * e, g_new - g, xp=xp)
+            g = g_new
+        return w[:, None], b, it, converged
 
     def _newton_step_multi(self, Xa, sw, P, gW, gb, /, *, lam, xp):
         """Full multinomial Newton step (``K(d+1)`` unknowns; minimum-norm, since
