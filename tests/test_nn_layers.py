@@ -431,11 +431,13 @@ def test_errors_name_the_argument():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype):
     """The layer's scratch buffer (windows, then ``W dZᵀ`` / the padded ``dZ``'s
-    windows over them) gives bit for bit what the allocating functions give,
+    windows over them, an image group at a time) gives what the allocating
+    functions give (bit for bit; ``dX`` of "correlate" to rounding),
     over calls that shrink and regrow the batch and a second backward after
     one forward (``A`` rebuilt); float32 stays float32."""
     from xpml.nn.conv import conv2d, conv2d_backward
 
+    rtol = 1e-12 if dtype == "float64" else 1e-5
     rng = np.random.default_rng(3)
     layer = Conv2D(4, 3, stride=2, padding=1, input_grad=input_grad, random_state=0)
     for n, dt, twice in [(3, dtype, False), (2, dtype, True), (3, dtype, False)]:
@@ -460,4 +462,7 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype):
             got = (dX, layer.grads["W"], layer.grads["b"])
             assert str(xp.to_numpy(dX).dtype) == dt
             for g, w in zip((Z, *got), (Z0, *want), strict=True):
-                np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))
+                if input_grad == "fold" or g is not dX:
+                    np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))
+                else:  # products of image groups: BLAS may round them otherwise
+                    close(xp.to_numpy(g), xp.to_numpy(w), rtol=rtol)

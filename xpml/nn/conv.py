@@ -19,11 +19,11 @@ the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
 
 On NumPy a :class:`Conv2D` layer keeps one scratch buffer (:class:`Workspace`)
-sized for the larger of the window matrix and the backward's matrix (``W dZᵀ``
-or the window matrix of the padded ``dZ``): the forward's windows are copied
-into it, and once ``dW`` is formed the backward's matrix overwrites them. A
-call so maps fresh memory for one such matrix instead of two, and later calls
-reuse it (issue 16: fresh memory is page-faulted in on first touch).
+the size of the forward's window matrix: its windows are copied into it, and
+once ``dW`` is formed the backward's matrix overwrites them (``W dZᵀ``, or the
+padded ``dZ``'s windows a group of images at a time). A call so maps fresh
+memory for one such matrix instead of two or three, and later calls reuse it
+(issue 16: fresh memory is page-faulted in on first touch).
 """
 
 from __future__ import annotations
@@ -366,9 +366,18 @@ def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     bottom = H + kh - 1 - top - ((Ho - 1) * sh + 1)
     right = Wd + kw - 1 - left - ((Wo - 1) * sw + 1)
     dZp = dilate_pad(dZ, (sh, sw), (top, bottom), (left, right), xp=xp)
-    A_dZ, _ = window_matrix(dZp, (kh, kw), (1, 1), xp=xp, work=work)
     W_rot = xp.permute_dims(xp.flip(W, axis=(0, 1)), (0, 1, 3, 2))
-    return contract(A_dZ, W_rot, (N, H, Wd), xp=xp)
+    # with a workspace, images in groups whose windows fit its reserve (the
+    # forward's window matrix): the same rows of the same products
+    per_image = H * Wd * kh * kw * Co
+    step = N if work is None else max(1, min(N, work.reserve // per_image))
+    parts = []
+    for i in range(0, N, step):
+        A_dZ, _ = window_matrix(
+            dZp[i : i + step, ...], (kh, kw), (1, 1), xp=xp, work=work
+        )
+        parts.append(contract(A_dZ, W_rot, (A_dZ.shape[0] // (H * Wd), H, Wd), xp=xp))
+    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
 
 def _cols_example():
@@ -531,12 +540,14 @@ class Conv2D(Layer):
 
     def _workspace(self, X):
         """The layer's scratch buffer (see :class:`Workspace`), reserved for the
-        larger of the forward's window matrix and the backward's matrix."""
+        forward's window matrix, and for ``W dZᵀ`` ("fold") or one image's
+        windows of the padded ``dZ`` ("correlate") if larger."""
         (kh, kw), (sh, sw), (ph, pw) = self._geometry()
         N, H, Wd, Ci = X.shape
         Co = self.out_channels
         rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
-        back = N * H * Wd * Co if self.input_grad == "correlate" else rows * Ci
+        # "correlate" fills it an image group at a time, at least one image
+        back = H * Wd * Co if self.input_grad == "correlate" else rows * Ci
         work = getattr(self, "_cache_work", None) or Workspace()
         work.reserve = max(rows * kh * kw * Ci, back * kh * kw)
         self._cache_work = work
