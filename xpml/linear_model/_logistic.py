@@ -703,7 +703,7 @@ class LogisticRegression(
             return None
         total = float(xp.sum(sw))
         Xh, yh, swh = X[::k, :], y[::k], sw[::k]  # views
-        Xs, ys, sws = xp.asarray(Xh[::4, :], copy=True), yh[::4], swh[::4]
+        Xs, ys, sws = Xh[::4, :], yh[::4], swh[::4]
         sub_total = float(xp.sum(sws))  # swh's total is at least this
         if not sub_total > 0:
             return None
