@@ -639,14 +639,15 @@ def test_single_class_as_sklearn(xp, rng, weights):
 
 @pytest.mark.parametrize("p", [1, 1.5, 2, np.inf])
 def test_kd_tree_scipy_fast_path_is_exact(p, rng):
-    # SciPy's cKDTree proposes the neighbours, queries tied (or nearly) at the
-    # k-th distance are redone by the portable search: both paths bit-equal to
-    # the exhaustive search on grid ties, duplicates, far queries, and k = n
+    # SciPy's cKDTree proposes the neighbours (more of them where the k-th is
+    # tied, then the portable search): both paths give, bit for bit, the
+    # direct ranks' k smallest by (rank, index) on grid ties, duplicates (past
+    # 16 k of them), far queries, float32, and k = n
     from xpml.neighbors._search import (
+        _direct_rank,
         _exact_kd_portable,
         _exact_kd_scipy,
         build_kd_tree,
-        exhaustive_kneighbors,
     )
 
     grid = rng.integers(0, 3, size=(90, 3)).astype(float)
@@ -656,9 +657,16 @@ def test_kd_tree_scipy_fast_path_is_exact(p, rng):
     )
     Q = np.concatenate([Q, rng.integers(0, 3, size=(30, 3)).astype(float)])
     X32, Q32 = X.astype(np.float32), Q.astype(np.float32)
-    for Xt, Qt, k in ((X, Q, 1), (X, Q, 7), (X[:9], Q, 9), (X32, Q32, 5)):
+    Xdup = np.concatenate([X, np.repeat(Q[:1], 150, axis=0)])  # past 16 k ties
+    cases = ((X, Q, 1), (X, Q, 7), (X[:9], Q, 9), (X32, Q32, 5), (Xdup, Q, 5))
+    for Xt, Qt, k in cases:
         tree = build_kd_tree(Xt, 16)
-        want_d, want_i = exhaustive_kneighbors(Qt, Xt, k, xp=np, p=p)
+        # the tie rule by its definition: direct ranks, a stable sort by index
+        # (the exhaustive search preselects by Gram scores, whose rounding
+        # can differ between exact duplicates)
+        R = _direct_rank(Qt, np.broadcast_to(Xt, (len(Qt),) + Xt.shape), p, xp=np)
+        want_i = np.argsort(R, axis=1, kind="stable")[:, :k]
+        want_d = np.take_along_axis(R, want_i, axis=1)
         for search in (_exact_kd_scipy, _exact_kd_portable):
             d, i = search(tree, Xt, Qt, k, xp=np, p=p)
             np.testing.assert_array_equal(i, want_i)

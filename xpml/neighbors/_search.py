@@ -836,33 +836,49 @@ def _exact_kd_portable(tree, X, Q, k, /, *, xp, p=2):
     return _exact_kd_search(tree, X, Q, k, p=p)
 
 
+def _clearly_beyond(kth, nxt, X):
+    """Whether a proposed next rank ``nxt`` lies clearly beyond the k-th
+    ``kth`` in ``X``'s precision: relative gap above 1e-9 plus a few of its
+    eps (far above both libraries' rounding), and neither underflow nor
+    overflow in the rank measure."""
+    fi = np.finfo(X.dtype)
+    gap = 1.0 + 1e-9 + (8 * X.shape[1] + 64) * fi.eps
+    clear = (nxt > kth * gap) & (nxt > 1e3 * fi.tiny) & (nxt < fi.max / 4)
+    return clear & np.isfinite(kth)
+
+
 @fast_path("neighbors.kd_tree_exact", "numpy", example=_exact_kd_example)
 def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
     """SciPy's compiled k-d tree (``scipy.spatial.cKDTree``) proposes each
-    query's ``k + 1`` nearest; where the ``(k+1)``-th lies clearly beyond the
-    k-th (relative gap above 1e-9 plus a few of ``X``'s eps, far above both
-    libraries' rounding, and no underflow or overflow in the rank measure) the
-    first ``k`` are the answer's set, measured and ordered as the exhaustive
-    search's :func:`_refine` does.
-    The other queries (ties or near-ties at the k-th distance, duplicates) are
-    answered by the portable search, which applies the (distance, index) rule."""
+    query's ``w + 1`` nearest (``w = k``, then ``4k`` and ``16k`` for the
+    queries still unsettled). Where the ``(w+1)``-th lies clearly beyond the
+    k-th (:func:`_clearly_beyond`), every point at the k-th rank or nearer is
+    among the first ``w``: they are measured and ordered by (rank, index) as
+    the exhaustive search's :func:`_refine` does, and the first ``k`` kept.
+    Queries still tied after that (many duplicates) are answered by the
+    portable search, which applies the same rule."""
     from scipy.spatial import cKDTree
 
-    kk = min(k + 1, X.shape[0])
-    dist, ind = cKDTree(X, leafsize=16).query(Q, kk, p=p, workers=host_threads(np))
-    dist, ind = dist.reshape(-1, kk), ind.reshape(-1, kk)
-    rank = dist if p == math.inf else dist**p
-    if kk > k:  # is the k-th rank clearly below the next one, in X's precision?
-        fi = np.finfo(X.dtype)
-        gap = 1.0 + 1e-9 + (8 * X.shape[1] + 64) * fi.eps
-        clear = (rank[:, k] > rank[:, k - 1] * gap) & (rank[:, k] > 1e3 * fi.tiny)
-        clear &= rank[:, k] < fi.max / 4
-    else:  # k == n: every point is a neighbour
-        clear = np.ones(Q.shape[0], dtype=bool)
-    out_d, out_i = _refine_host(Q, X, ind[:, :k].astype(np.int64), p)
-    redo = np.flatnonzero(~(clear & np.isfinite(rank[:, k - 1])))
-    if redo.size:
-        out_d[redo], out_i[redo] = _exact_kd_search(tree, X, Q[redo], k, p=p)
+    n = X.shape[0]
+    proposer = cKDTree(X, leafsize=16)
+    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
+    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
+    rows, w = np.arange(Q.shape[0]), k
+    while rows.size and w <= 16 * k:
+        kk = min(w + 1, n)
+        dist, ind = proposer.query(Q[rows], kk, p=p, workers=host_threads(np))
+        dist, ind = dist.reshape(-1, kk), ind.reshape(-1, kk)
+        if kk > w:
+            rank = dist if p == math.inf else dist**p
+            clear = _clearly_beyond(rank[:, k - 1], rank[:, w], X)
+        else:  # w >= n: every point is a candidate
+            clear = np.ones(rows.size, dtype=bool)
+        done = rows[clear]
+        ranks, ids = _refine_host(Q[done], X, ind[clear, :w].astype(np.int64), p)
+        out_d[done], out_i[done] = ranks[:, :k], ids[:, :k]
+        rows, w = rows[~clear], 4 * w
+    if rows.size:
+        out_d[rows], out_i[rows] = _exact_kd_search(tree, X, Q[rows], k, p=p)
     return out_d, out_i
 
 
