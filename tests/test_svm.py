@@ -615,3 +615,49 @@ def test_host_syncs_per_working_set_under_torch():
     # the subproblem's result), none for shrinking
     assert c.syncs <= 4 * sets + 20, (c.syncs, sets, c.by_kind)
     assert c.uploads <= sets + 12, (c.uploads, sets, c.by_kind)
+
+
+def test_shrinking_waits_for_the_cache_to_evict():
+    """``shrinking="evicting"`` (SVC's setting for computed kernels) shrinks
+    only once the row cache has evicted a row; the solution is the same."""
+    import array_api_compat.numpy as cnp
+
+    from xpml.svm._smo import smo_solve
+
+    X, y = _two_moons(400, noise=0.1)
+    ypm = np.where(y == 1, 1.0, -1.0)
+
+    def solve(budget, shrinking):
+        rows = KernelRows(X, "rbf", {"gamma": 1.0}, xp=cnp, memory_budget=budget, q=64)
+        res = smo_solve(rows, ypm, np.ones(400), xp=cnp, tol=1e-6, shrinking=shrinking)
+        return res, rows
+
+    every, _ = solve(2**24, True)
+    roomy, rows = solve(2**24, "evicting")  # every row fits: never evicts
+    assert every.n_shrink > 0 and roomy.n_shrink == 0 and rows.evictions == 0
+    tight, rows = solve(400 * 8 * 80, "evicting")  # 80 rows: evicts
+    assert rows.evictions > 0 and tight.n_shrink > 0
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+    for res in (roomy, tight):
+        assert res.converged
+        np.testing.assert_array_equal(res.alpha > 0, every.alpha > 0)
+        np.testing.assert_allclose(res.dual, every.dual, rtol=1e-9)
+        np.testing.assert_allclose(res.v, ypm - K @ (ypm * res.alpha), atol=1e-8)
+
+
+def test_row_product_fast_path_streams_the_cache():
+    """The NumPy product over all rows in use (zeros where not asked) agrees
+    with the portable gather, on both sides of its switch."""
+    from xpml.utils._array_api import dispatch
+
+    rng = np.random.default_rng(4)
+    buf = rng.normal(size=(30, 50))
+    for m in (3, 20):  # a gather (3 of 25 rows in use), then the whole product
+        slots = rng.permutation(25)[:m]
+        d = rng.normal(size=m)
+        ref = d @ buf[slots]
+        for fast in (True, False):
+            out = dispatch("svm.row_product", np, fast=fast)(
+                buf, slots, d, 25, xp=np, chunk=8
+            )
+            np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)

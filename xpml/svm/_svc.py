@@ -159,6 +159,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         violating pair leave the active set (fewer kernel values computed);
         their gradient is reconstructed and optimality re-checked on the whole
         set before the solver stops, so the solution does not depend on it.
+        With a computed kernel it starts once the row cache has had to evict
+        a row: while every row computed stays cached, reconstructing the
+        gradient costs more than shrinking saves.
     probability : bool, default=False
         Fit Platt scaling on 5-fold internal cross-validation, enabling
         ``predict_proba``.
@@ -420,10 +423,13 @@ class SVC(ClassifierMixin, BaseEstimator):
                 cache_dtype=cache_dtype,
             )
         yC = xp.asarray(np.stack([ypm, Cvec]), dtype=X.dtype, device=dev)
+        # computed rows: shrink once the cache evicts (before, it costs more
+        # than it saves); a precomputed matrix: as LIBSVM
+        shrink = bool(self.shrinking) and ("evicting" if K is None else True)
         options = SMOOptions(
             tol=float(self.tol),
             max_iter=self.max_iter,
-            shrinking=bool(self.shrinking),
+            shrinking=shrink,
             adaptive_q=self.working_set_size is None,
             verbose=self.verbose,
             label=label,
