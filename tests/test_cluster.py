@@ -487,3 +487,66 @@ def test_distances_and_threshold_as_sklearn():
         AgglomerativeClustering(
             None, distance_threshold=1.0, compute_full_tree=False
         ).fit(X)
+
+
+def _kmeans_portable_fit(monkeypatch, est, X, w):
+    """``est.fit`` with every k-means operation on its portable twin."""
+    import functools
+
+    import xpml.cluster._kmeans as km
+    from xpml.utils._array_api import dispatch
+
+    with monkeypatch.context() as m:
+        m.setattr(km, "dispatch", functools.partial(dispatch, fast=False))
+        return est.fit(X, sample_weight=w)
+
+
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_kmeans_numpy_fast_paths_agree_with_portable_lloyd(monkeypatch, one_thread):
+    """The NumPy Lloyd (centre-major scores, changed rows only in the sums,
+    row blocks one after the other under a one-thread BLAS limit, else on a
+    thread pool) gives the portable run's labels and iterations, centres and
+    inertia to 1e-12."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(5)
+    X = 2.0 * rng.standard_normal((6, 4))[rng.integers(0, 6, 3000)]
+    X += rng.standard_normal((3000, 4))
+    w = rng.uniform(0.5, 2.0, 3000)
+    init = np.concatenate([X[:5], [[40.0, 40.0, 40.0, 40.0]]])  # one empties
+    with threadpool_limits(1 if one_thread else 2):
+        for weights in (None, w):
+            kw = dict(init=init, max_iter=60, tol=0.0, memory_budget=6 * 8 * 3 * 700)
+            fast = KMeans(6, **kw).fit(X, sample_weight=weights)
+            slow = _kmeans_portable_fit(monkeypatch, KMeans(6, **kw), X, weights)
+            assert fast.n_iter_ == slow.n_iter_ > 5
+            np.testing.assert_array_equal(fast.labels_, slow.labels_)
+            np.testing.assert_allclose(
+                fast.cluster_centers_, slow.cluster_centers_, rtol=1e-12, atol=1e-12
+            )
+            assert fast.inertia_ == pytest.approx(slow.inertia_, rel=1e-12)
+
+
+def test_kmeans_one_blas_thread_starts_no_threads(monkeypatch):
+    """Under ``threadpool_limits(1)`` the row blocks run one after the other
+    (no thread pool), with the answer of the pooled run (two BLAS threads; this
+    module's fixture limits BLAS to one)."""
+    from threadpoolctl import threadpool_limits
+
+    import xpml.cluster._kmeans as km
+
+    X = np.random.default_rng(6).standard_normal((2000, 3))
+    kw = dict(n_clusters=4, random_state=0, memory_budget=4 * 8 * 3 * 300)
+    with threadpool_limits(2):
+        pooled = KMeans(**kw).fit(X)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a thread pool under a one-thread BLAS limit")
+
+    monkeypatch.setattr(km, "map_row_blocks", refuse)
+    with threadpool_limits(1):
+        alone = KMeans(**kw).fit(X)
+    np.testing.assert_array_equal(alone.labels_, pooled.labels_)
+    np.testing.assert_allclose(alone.cluster_centers_, pooled.cluster_centers_)
+    with threadpool_limits(2), pytest.raises(AssertionError, match="thread pool"):
+        KMeans(**kw).fit(X)
