@@ -212,8 +212,11 @@ def _weighted_points_example():
 @fast_path("kmeans.weighted_points", "numpy", example=_weighted_points_example)
 def _weighted_points_numpy(X, w, /, *, xp):
     """``w[:, None] * X`` laid out for :func:`_cluster_sums_numpy`: row-major
-    for SciPy's sparse product, column-major (each feature's ``bincount`` reads
-    a contiguous column) without SciPy."""
+    for SciPy's sparse product (``X`` itself, never written, when all weights
+    are 1), column-major (each feature's ``bincount`` reads a contiguous
+    column) without SciPy."""
+    if _sparse is not None and X.flags.c_contiguous and np.all(w == 1.0):
+        return X
     Xw = X * w[:, None]
     return np.ascontiguousarray(Xw) if _sparse is not None else np.asfortranarray(Xw)
 
