@@ -39,10 +39,11 @@ best-bin-first and stops after that many (once it holds ``k`` candidates): the
 approximate mode.
 
 On NumPy the exact search has a fast path (``"neighbors.kd_tree_exact"``):
-SciPy's compiled ``cKDTree`` proposes each query's ``k + 1`` nearest, the first
-``k`` are kept where the next one is clearly farther, and the queries tied (or
-nearly) at the k-th distance are answered by the vectorised search above, so
-the answer, measured by the same direct formula, is the same to the bit.
+SciPy's compiled ``cKDTree`` proposes each query's ``k + 1`` nearest; where the
+last is clearly farther than the k-th, the first ``k`` are measured by the same
+direct formula and ordered by (rank, index); queries tied (or nearly) at the
+k-th distance get ``4k + 1``, then ``16k + 1`` proposals, and past that the
+vectorised search above. The answer is the same to the bit.
 """
 
 from __future__ import annotations
