@@ -331,3 +331,22 @@ def test_effective_dof_is_lazy_and_survives_save_load(tmp_path):
     assert abs(back.effective_dof_ - ref) < 1e-9 * len(X)
     with pytest.raises(Exception, match="not fitted"):
         _ = KernelRidge().effective_dof_
+
+
+@pytest.mark.parametrize("panel", [64, 100, 300])
+def test_numpy_cholesky_by_panels_equals_one_potrf(panel):
+    """The NumPy fast path's blocked Cholesky (used for n above twice its panel,
+    where one multithreaded OpenBLAS ``potrf`` can crash) gives the lower factor
+    of a single LAPACK call to rounding, its upper part zero; None when not
+    positive definite."""
+    pytest.importorskip("scipy")
+    from xpml.kernel_ridge import _cholesky_by_panels
+
+    rng = np.random.default_rng(3)
+    G = rng.normal(size=(250, 250))
+    A = G @ G.T / 250 + np.eye(250)
+    L = _cholesky_by_panels(A.copy(), panel=panel)
+    np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=0, atol=1e-12)
+    assert not np.triu(L, 1).any()
+    A[200, 200] = -5.0  # a negative pivot in the last panel
+    assert _cholesky_by_panels(A.copy(), panel=panel) is None

@@ -57,6 +57,9 @@ from xpml.utils.validation import check_is_fitted
 __all__ = ["KernelRidge"]
 
 _BLOCK = 256  # rows per step of the portable blocked substitution
+# rows of a diagonal block of the NumPy fast path's blocked Cholesky, used above
+# twice this size (see _cholesky_by_panels)
+_POTRF_PANEL = 4096
 
 try:  # SciPy is optional; imported with this module, not by the first fit (issue 16)
     from scipy.linalg import get_lapack_funcs as _lapack_funcs
@@ -139,9 +142,43 @@ def _cholesky_lapack(A, /, *, xp, overwrite=False):
     transpose, so its upper factor ``U = Lᵀ`` is computed in place, no copy."""
     if _lapack_funcs is None:
         return _cholesky_portable(A, xp=xp, overwrite=overwrite)
+    if A.shape[0] > 2 * _POTRF_PANEL:
+        return _cholesky_by_panels(A if overwrite else A.copy())
     (potrf,) = _lapack_funcs(("potrf",), (A,))
     U, info = potrf(A.T, lower=0, clean=1, overwrite_a=int(bool(overwrite)))
     return U.T if info == 0 else None
+
+
+def _cholesky_by_panels(A, panel=None):
+    """Right-looking blocked Cholesky in place of the C-ordered ``A`` (its lower
+    factor; the strict upper part is zeroed): ``potrf`` on diagonal blocks of
+    ``panel`` rows, ``trsm`` for the panel below, GEMM updates of the trailing
+    lower part, block column by block column (about n³/3 flops, as ``potrf``).
+
+    Why not one ``potrf``: the multithreaded ``dpotrf`` of the OpenBLAS that
+    NumPy and SciPy wheels bundle (0.3.31) crashes the process (SIGSEGV) from
+    about n = 16,000 on a two-core machine, while its blocks and GEMMs are fine.
+    """
+    from scipy.linalg import solve_triangular
+
+    panel = _POTRF_PANEL if panel is None else panel
+    n = A.shape[0]
+    (potrf,) = _lapack_funcs(("potrf",), (A,))
+    for k in range(0, n, panel):
+        e = min(k + panel, n)
+        U, info = potrf(np.array(A[k:e, k:e].T, order="F"), lower=0, clean=1)
+        if info != 0:
+            return None
+        A[k:e, k:e] = U.T
+        if e == n:
+            break
+        A[k:e, e:] = 0.0
+        P = solve_triangular(U.T, A[e:, k:e].T, lower=True, check_finite=False).T
+        A[e:, k:e] = P
+        for j in range(e, n, panel):  # trailing lower part, one block column at a time
+            f = min(j + panel, n)
+            A[j:, j:f] -= P[j - e :] @ P[j - e : f - e].T
+    return A
 
 
 @fast_path("kernel_ridge.cholesky", "torch", example=_cholesky_example)
