@@ -855,7 +855,7 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
             None,
         ],
     }
-    _xpml_tags = BaggingClassifier._xpml_tags
+    _xpml_tags = {**BaggingClassifier._xpml_tags, "multi_output": True}
 
     def __init__(
         self,
@@ -948,7 +948,7 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
             None,
         ],
     }
-    _xpml_tags = BaggingRegressor._xpml_tags
+    _xpml_tags = {**BaggingRegressor._xpml_tags, "multi_output": True}
 
     def __init__(
         self,

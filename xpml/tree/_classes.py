@@ -556,7 +556,7 @@ def _flatten_column(y):
     ``n_outputs_ = 1`` and 1-D predictions for it, with no warning)."""
     shape = getattr(y, "shape", None)
     if shape is None and y is not None:
-        shape = np.shape(y)
+        shape = np.asarray(y).shape  # array-likes (np.shape may be refused)
     if shape is None or len(shape) != 2 or shape[1] != 1:
         return y
     if hasattr(y, "iloc"):  # pandas
@@ -690,7 +690,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         "purity_threshold": [Interval(Real, 0, 1, closed="right")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {}
+    _xpml_tags = {"multi_output": True}
 
     def __init__(
         self,
@@ -870,7 +870,7 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         "criterion": [Options("squared_error", "friedman_mse", "variance", "poisson")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {}
+    _xpml_tags = {"multi_output": True}
 
     def __init__(
         self,

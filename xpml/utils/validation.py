@@ -523,9 +523,9 @@ def is_multi_output(y):
     """True for a 2-D ``y`` with more than one column (several outputs); a
     single column is one output."""
     shape = getattr(y, "shape", None)
-    if shape is None:
-        shape = np.shape(y)
-    return len(shape) == 2 and shape[1] > 1
+    if shape is None and y is not None:
+        shape = np.asarray(y).shape  # array-likes (np.shape may be refused)
+    return shape is not None and len(shape) == 2 and shape[1] > 1
 
 
 def encode_label_columns(y, *, name="y"):
