@@ -196,6 +196,10 @@ class _BaseDecisionTree(BaseEstimator):
         )
         # scikit-learn's Tree routes rows too (xpml's node numbering)
         t.apply, t.decision_path = self.apply, self.decision_path
+        t.n_outputs = _n_outputs(self)
+        k = getattr(self, "n_classes_", 1)  # scikit-learn's: 1 per regression output
+        t.n_classes = np.broadcast_to(np.asarray(k, dtype=np.intp), (t.n_outputs,))
+        t.max_n_classes = int(t.n_classes.max())
         return t
 
     # ------------------------------------------------------------- predict
