@@ -524,6 +524,16 @@ def test_multi_output_forest_equals_sklearn_without_randomness(xp):
     got = est.predict(xp.asarray(X))
     assert tuple(got.shape) == (len(X), 2) and est.n_outputs_ == 2
     np.testing.assert_allclose(xp.to_numpy(got), ref.predict(X), rtol=1e-12)
+    # full-depth bootstrap trees meet exact ties between features (tiny
+    # nodes): the same forest on every library all the same
+    full = RandomForestRegressor(5, random_state=0, oob_score=True)
+    one = full.fit(X, R).predict(X)
+    other = RandomForestRegressor(5, random_state=0, oob_score=True)
+    other.fit(xp.asarray(X), xp.asarray(R))
+    np.testing.assert_allclose(
+        xp.to_numpy(other.predict(xp.asarray(X))), one, atol=1e-12
+    )
+    assert other.oob_score_ == pytest.approx(full.oob_score_, rel=1e-12)
 
 
 def test_multi_output_forest_close_to_sklearn_with_oob():

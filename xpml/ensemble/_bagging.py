@@ -467,7 +467,7 @@ class _BaseBagging(Members, BaseEstimator):
             self.oob_score_ = float(xp.sum(hit)) / max(1, int(has.sum()))
             return
         pred = mean[:, :, 0]
-        yh, ph = y[hd, :], pred[hd, :]
+        yh, ph = y[hd], pred[hd]
         ss_res = xp.sum((yh - ph) ** 2, axis=0)
         ss_tot = xp.sum((yh - xp.mean(yh, axis=0)) ** 2, axis=0)
         res, tot = to_numpy(xp.stack([ss_res, ss_tot])).astype(np.float64)

@@ -939,12 +939,16 @@ def _root_stats_multi(g, samp, sampw, starts, ends):
             rows.append(xp.sum(oh * w[:, None], axis=0))
             continue
         tw = xp.sum(w)
-        mu = xp.sum(w[:, None] * ys, axis=0) / tw
+        # per output, the single-output reductions (same order on every library)
+        mu = [xp.sum(w * ys[:, o]) / tw for o in range(params.n_outputs)]
         if params.criterion == "poisson":
-            imp = xp.sum(w[:, None] * _xlogx(ys, xp), axis=0) / tw - _xlogx(mu, xp)
+            imp = [
+                xp.sum(w * _xlogx(ys[:, o], xp)) / tw - _xlogx(m, xp)
+                for o, m in enumerate(mu)
+            ]
         else:
-            imp = xp.sum(w[:, None] * (ys - mu[None, :]) ** 2, axis=0) / tw
-        rows.append(xp.concat([tw[None], mu, xp.mean(imp)[None]]))
+            imp = [xp.sum(w * (ys[:, o] - m) ** 2) / tw for o, m in enumerate(mu)]
+        rows.append(xp.stack([tw] + mu + [xp.mean(xp.stack(imp))]))
     both = xp.stack(rows)
     K0 = params.class_counts[0] if K else 0
     g.W_dev = xp.sum(both[:, :K0], axis=1) if K else both[:, 0]
@@ -1021,13 +1025,17 @@ def _children_sums_multi(g, ent, rs, wlr):
             xp.sum(oh * rwl[:, :, None], axis=1),
             xp.sum(oh * rw[:, :, None], axis=1),
         ]
-    yc = ys - ent.mean[:, None, :]
-    sq = _xlogx(ys, xp) if params.criterion == "poisson" else yc * yc
+    # per output, the single-output sums over (nb, L) rows: the same
+    # summation order on every library
+    yc = [ys[:, :, o] - ent.mean[:, o][:, None] for o in range(O)]
+    if params.criterion == "poisson":
+        sq = [_xlogx(ys[:, :, o], xp) for o in range(O)]
+    else:
+        sq = [c * c for c in yc]
     sums = []
     for w in (rwl, rw):
-        sums += [xp.sum(w, axis=1)[:, None]]
-        sums += [xp.sum(w[:, :, None] * t, axis=1) for t in (yc, sq)]
-    return [xp.concat(sums, axis=1)]
+        sums += [xp.sum(w, axis=1)] + [xp.sum(w * t, axis=1) for t in yc + sq]
+    return [xp.stack(sums, axis=1)]
 
 
 def _child_stats_host_multi(h, params, node_mean):
