@@ -481,3 +481,103 @@ def test_forest_min_weight_fraction_leaf_per_tree():
             W = m.tree_weighted_n_node_samples_
             assert np.all(W[m.tree_children_left_ == -1] >= frac * W[0] - 1e-9)
             assert 1 < m.node_count_ < f.node_count_
+
+
+# ------------------------------------------------------------- multi-output
+def _multi_output_problem(n=600, seed=0):
+    """Easy multi-output data: X float32-exact (scikit-learn's precision),
+    three axis-aligned class outputs (2, 3 and 2 classes), two real outputs."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5)).astype(np.float32).astype(np.float64)
+    Y = np.stack(
+        [
+            (X[:, 0] > 0).astype(np.int64),
+            np.digitize(X[:, 1], [-0.5, 0.5]),
+            (X[:, 2] > 0.3).astype(np.int64),
+        ],
+        axis=1,
+    )
+    R = np.stack([X[:, 0] + X[:, 1] ** 2, np.sin(X[:, 2])], axis=1)
+    return X, Y, R
+
+
+def test_multi_output_forest_equals_sklearn_without_randomness(xp):
+    """bootstrap=False, max_features=None: every tree is the deterministic
+    tree, so predictions and probabilities equal scikit-learn's (shallow
+    trees, no tied splits); classes_/n_classes_ lists, predict_proba a list
+    of (n, K_o), predict (n, n_outputs), regression (n, n_outputs)."""
+    X, Y, R = _multi_output_problem(300)
+    kw = dict(bootstrap=False, max_features=None, max_depth=3, random_state=0)
+    ref = SkForest(5, **kw).fit(X, Y)
+    est = RandomForestClassifier(5, **kw).fit(xp.asarray(X), xp.asarray(Y))
+    assert est.n_outputs_ == 3 and est.n_classes_ == [2, 3, 2] == ref.n_classes_
+    pred = est.predict(xp.asarray(X))
+    assert xp.is_native(pred)
+    np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(X))
+    P = est.predict_proba(xp.asarray(X))
+    assert [tuple(p.shape) for p in P] == [p.shape for p in ref.predict_proba(X)]
+    for p, rp in zip(P, ref.predict_proba(X)):
+        np.testing.assert_allclose(xp.to_numpy(p), rp, rtol=1e-12, atol=1e-15)
+    kw["min_samples_leaf"] = 5
+    ref = SkForestReg(5, **kw).fit(X, R)
+    est = RandomForestRegressor(5, **kw).fit(xp.asarray(X), xp.asarray(R))
+    got = est.predict(xp.asarray(X))
+    assert tuple(got.shape) == (len(X), 2) and est.n_outputs_ == 2
+    np.testing.assert_allclose(xp.to_numpy(got), ref.predict(X), rtol=1e-12)
+    # full-depth bootstrap trees meet exact ties between features (tiny
+    # nodes): the same forest on every library all the same
+    full = RandomForestRegressor(5, random_state=0, oob_score=True)
+    one = full.fit(X, R).predict(X)
+    other = RandomForestRegressor(5, random_state=0, oob_score=True)
+    other.fit(xp.asarray(X), xp.asarray(R))
+    np.testing.assert_allclose(
+        xp.to_numpy(other.predict(xp.asarray(X))), one, atol=1e-12
+    )
+    assert other.oob_score_ == pytest.approx(full.oob_score_, rel=1e-12)
+
+
+def test_multi_output_forest_close_to_sklearn_with_oob():
+    """Bootstrap and feature subsets: per-output test accuracy within 0.02
+    of scikit-learn's forest, R² within 0.03; out-of-bag attributes in
+    scikit-learn's shapes ((n, 2, n_outputs) for 0/1 outputs, (n, n_outputs)
+    for regression), scores within 0.03; multiclass outputs refuse
+    oob_score as scikit-learn does."""
+    X, Y, R = _multi_output_problem(900)
+    tr, te = slice(0, 600), slice(600, None)
+    est = RandomForestClassifier(30, random_state=0).fit(X[tr], Y[tr])
+    ref = SkForest(30, random_state=0).fit(X[tr], Y[tr])
+    acc = (est.predict(X[te]) == Y[te]).mean(axis=0)
+    np.testing.assert_allclose(
+        acc, (ref.predict(X[te]) == Y[te]).mean(axis=0), atol=0.02
+    )
+    B = Y[:, [0, 2]]
+    est = RandomForestClassifier(30, random_state=0, oob_score=True).fit(X[tr], B[tr])
+    ref = SkForest(30, random_state=0, oob_score=True).fit(X[tr], B[tr])
+    assert est.oob_decision_function_.shape == ref.oob_decision_function_.shape
+    assert est.oob_score_ == pytest.approx(ref.oob_score_, abs=0.03)
+    assert est.score(X[te], B[te]) == pytest.approx(ref.score(X[te], B[te]), abs=0.03)
+    with pytest.raises(ValueError, match="multiclass-multioutput"):
+        RandomForestClassifier(5, oob_score=True, random_state=0).fit(X, Y)
+    est = RandomForestRegressor(30, random_state=0, oob_score=True).fit(X[tr], R[tr])
+    ref = SkForestReg(30, random_state=0, oob_score=True).fit(X[tr], R[tr])
+    assert est.oob_prediction_.shape == ref.oob_prediction_.shape == (600, 2)
+    assert est.oob_score_ == pytest.approx(ref.oob_score_, abs=0.03)
+    assert est.score(X[te], R[te]) == pytest.approx(ref.score(X[te], R[te]), abs=0.03)
+
+
+def test_multi_output_y_in_bagging_is_refused_and_column_y_warns():
+    """Bagging keeps 1-D targets (a clear error names y's shape); a forest
+    given y of shape (n, 1) warns as scikit-learn (DataConversionWarning)
+    and fits one output."""
+    from xpml.exceptions import data_conversion_warning
+
+    X, Y, R = _multi_output_problem(100)
+    with pytest.raises(ValueError, match="1-D"):
+        BaggingClassifier(n_estimators=2).fit(X, Y)
+    with pytest.raises(ValueError, match="1-D"):
+        BaggingRegressor(n_estimators=2).fit(X, R)
+    with pytest.raises(ValueError, match="1-D"):
+        AdaBoostClassifier(n_estimators=2).fit(X, Y)
+    with pytest.warns(data_conversion_warning()):
+        rf = RandomForestClassifier(3, random_state=0).fit(X, Y[:, :1])
+    assert rf.n_outputs_ == 1 and rf.predict(X).shape == (100,)

@@ -15,6 +15,7 @@ from sklearn.tree import DecisionTreeClassifier as SkTree
 from sklearn.tree import DecisionTreeRegressor as SkReg
 from sklearn.tree import export_text as sk_export_text
 
+from xpml._backend import to_numpy
 from xpml.exceptions import InvalidParameterError
 from xpml.tree import DecisionTreeClassifier, DecisionTreeRegressor, export_text
 
@@ -648,3 +649,204 @@ def test_tree_namespace_routes_like_the_estimator():
     np.testing.assert_array_equal(est.tree_.apply(X), est.apply(X))
     assert (est.tree_.decision_path(X) != est.decision_path(X)).nnz == 0
     assert est.tree_.decision_path(X).nnz > len(X)
+
+
+# ------------------------------------------------------------- multi-output
+def _multi_output_data(seed=1, n=300):
+    """X (float32-exact, as scikit-learn stores it, so thresholds agree to
+    the last bit), three noisy class outputs with 2, 3 and 4 classes (codes
+    0..K-1), two real outputs, integer weights. Noise keeps the shallow
+    trees free of tied splits."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5)).astype(np.float32).astype(np.float64)
+    e = 0.5 * rng.normal(size=(n, 3))
+    Y = np.stack(
+        [
+            (X[:, 0] + 0.5 * X[:, 1] ** 2 + e[:, 0] > 0.4).astype(np.int64),
+            np.digitize(X[:, 2] - 0.5 * X[:, 3] + e[:, 1], [-0.5, 0.5]),
+            np.digitize(X[:, 4] + X[:, 0] + e[:, 2], [-1.0, 0.0, 1.0]),
+        ],
+        axis=1,
+    )
+    R = np.stack([2 * X[:, 0] + X[:, 1] ** 2, np.sin(X[:, 2]) + X[:, 3]], axis=1)
+    R = R + 0.1 * rng.normal(size=(n, 2))
+    w = rng.integers(1, 4, n).astype(float)
+    return X, Y, R, w
+
+
+def _same_splits(est, ref):
+    """Same internal nodes: (feature, threshold) pairs equal, thresholds to
+    1e-12 (node numbering differs: breadth- versus depth-first)."""
+    f = np.asarray(to_numpy(est.tree_feature_))
+    t = np.asarray(to_numpy(est.tree_threshold_))
+    ours = sorted(zip(f[f >= 0].tolist(), t[f >= 0].tolist()))
+    rf, rt = ref.tree_.feature, ref.tree_.threshold
+    theirs = sorted(zip(rf[rf >= 0].tolist(), rt[rf >= 0].tolist()))
+    assert [a for a, _ in ours] == [a for a, _ in theirs]
+    np.testing.assert_allclose([b for _, b in ours], [b for _, b in theirs], atol=1e-12)
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+@pytest.mark.parametrize("outputs", [[0, 1], [0, 1, 2]])
+def test_multi_output_classifier_as_sklearn(criterion, outputs, xp):
+    """2-D y: the same tree as scikit-learn's (impurity the mean of the
+    outputs' impurities), with and without weights; classes_ a list,
+    n_classes_ an array, predict_proba a list of (n, K_o) arrays, predict
+    (n, n_outputs), tree_value_ (node_count, n_outputs, max K)."""
+    X, Y, _, w = _multi_output_data()
+    Y = Y[:, outputs]
+    for sw in (None, w):
+        ref = SkTree(criterion=criterion, max_depth=3, random_state=0)
+        ref.fit(X, Y, sample_weight=sw)
+        est = DecisionTreeClassifier(criterion=criterion, max_depth=3).fit(
+            xp.asarray(X),
+            xp.asarray(Y),
+            sample_weight=None if sw is None else xp.asarray(sw),
+        )
+        assert (
+            est.n_outputs_ == len(outputs) and est.node_count_ == ref.tree_.node_count
+        )
+        np.testing.assert_array_equal(est.n_classes_, ref.n_classes_)
+        for c, rc in zip(est.classes_, ref.classes_):
+            np.testing.assert_array_equal(xp.to_numpy(c), rc)
+        _same_splits(est, ref)
+        assert tuple(est.tree_value_.shape) == ref.tree_.value.shape
+        np.testing.assert_allclose(
+            np.sort(xp.to_numpy(est.tree_impurity_)),
+            np.sort(ref.tree_.impurity),
+            rtol=1e-12,
+            atol=1e-15,
+        )
+        pred = est.predict(xp.asarray(X))
+        assert xp.is_native(pred)
+        np.testing.assert_array_equal(xp.to_numpy(pred), ref.predict(X))
+        P, RP = est.predict_proba(xp.asarray(X)), ref.predict_proba(X)
+        assert isinstance(P, list) and len(P) == len(RP)
+        for p, rp in zip(P, RP):
+            np.testing.assert_allclose(xp.to_numpy(p), rp, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            xp.to_numpy(est.feature_importances_),
+            ref.feature_importances_,
+            rtol=1e-10,
+        )
+
+
+def test_multi_output_string_labels_and_tree_tools():
+    """String labels per output; predict_log_proba a list; apply,
+    decision_path, max_leaf_nodes, ccp_alpha and the pruning path as
+    scikit-learn's; score as scikit-learn's accuracy_score (0/1 outputs:
+    subset accuracy; other multi-output labels refused); prune and
+    export_text refuse a multi-output tree by name."""
+    X, Y, _, _ = _multi_output_data(2)
+    S = np.stack(
+        [np.array(["no", "yes"])[Y[:, 0]], np.array(["a", "b", "c"])[Y[:, 1]]], axis=1
+    )
+    est = DecisionTreeClassifier(max_depth=3).fit(X, S)
+    ref = SkTree(max_depth=3, random_state=0).fit(X, S)
+    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+    with np.errstate(divide="ignore"):  # log(0) = -inf, as scikit-learn
+        logs = est.predict_log_proba(X)
+    for p, rp in zip(logs, ref.predict_proba(X)):
+        np.testing.assert_allclose(np.exp(p), rp, rtol=1e-12)
+    leaf_value = est.tree_value_[est.apply(X)]
+    np.testing.assert_allclose(leaf_value, ref.tree_.value[ref.apply(X)], rtol=1e-12)
+    assert est.decision_path(X).sum() == ref.decision_path(X).sum()
+    for kw in ({"max_leaf_nodes": 6}, {"ccp_alpha": 0.01}):
+        a = DecisionTreeClassifier(**kw).fit(X, S)
+        b = SkTree(random_state=0, **kw).fit(X, S)
+        assert a.node_count_ == b.tree_.node_count
+        np.testing.assert_array_equal(a.predict(X), b.predict(X))
+    got = DecisionTreeClassifier(max_depth=4).cost_complexity_pruning_path(X, S)
+    want = SkTree(max_depth=4, random_state=0).cost_complexity_pruning_path(X, S)
+    np.testing.assert_allclose(got.ccp_alphas, want.ccp_alphas, atol=1e-12)
+    np.testing.assert_allclose(got.impurities, want.impurities, atol=1e-12)
+    B = np.concatenate([Y[:, :1], (X[:, 1:2] > 0).astype(int)], axis=1)
+    sb = SkTree(max_depth=3, random_state=0).fit(X, B)
+    assert DecisionTreeClassifier(max_depth=3).fit(X, B).score(X, B) == sb.score(X, B)
+    with pytest.raises(ValueError, match="multiclass-multioutput"):
+        est.score(X, S)
+    with pytest.raises(ValueError, match="prune supports single-output"):
+        est.prune(X, S)
+    with pytest.raises(ValueError, match="export_text supports single-output"):
+        export_text(est)
+
+
+@pytest.mark.parametrize("criterion", ["squared_error", "poisson"])
+def test_multi_output_regressor_as_sklearn(criterion, xp):
+    """2-D y: impurity the mean of the outputs' (weighted) variances or half
+    Poisson deviances, leaf values per-output weighted means; predict
+    (n, n_outputs); score the uniformly averaged R²; the same tree as
+    scikit-learn's."""
+    X, _, R, w = _multi_output_data(3)
+    y = np.exp(R / 3) if criterion == "poisson" else R
+    for sw in (None, w):
+        # children of 5 samples or more: no tied splits of tiny nodes
+        kw = dict(criterion=criterion, max_depth=3, min_samples_leaf=5)
+        ref = SkReg(random_state=0, **kw).fit(X, y, sample_weight=sw)
+        est = DecisionTreeRegressor(**kw).fit(
+            xp.asarray(X),
+            xp.asarray(y),
+            sample_weight=None if sw is None else xp.asarray(sw),
+        )
+        assert est.n_outputs_ == 2 and est.node_count_ == ref.tree_.node_count
+        _same_splits(est, ref)
+        assert tuple(est.tree_value_.shape) == ref.tree_.value.shape
+        got = est.predict(xp.asarray(X))
+        assert xp.is_native(got) and tuple(got.shape) == (len(X), 2)
+        np.testing.assert_allclose(xp.to_numpy(got), ref.predict(X), rtol=1e-12)
+        np.testing.assert_allclose(
+            np.sort(xp.to_numpy(est.tree_impurity_)),
+            np.sort(ref.tree_.impurity),
+            rtol=1e-10,
+            atol=1e-14,
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(est.feature_importances_), ref.feature_importances_, rtol=1e-9
+        )
+    score = est.score(xp.asarray(X), xp.asarray(y))
+    assert score == pytest.approx(ref.score(X, y), rel=1e-12)
+
+
+def test_column_y_is_one_output_without_warning():
+    """y of shape (n, 1): one output, as scikit-learn's trees (no warning,
+    1-D predictions, the 1-D fit's arrays)."""
+    import warnings
+
+    X, Y, R, _ = _multi_output_data(4, n=120)
+    for Est, y in ((DecisionTreeClassifier, Y[:, 1]), (DecisionTreeRegressor, R[:, 0])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            col = Est(max_depth=3).fit(X, y[:, None])
+        flat = Est(max_depth=3).fit(X, y)
+        assert col.n_outputs_ == flat.n_outputs_ == 1
+        assert col.predict(X).shape == (len(X),)
+        np.testing.assert_array_equal(col.tree_value_, flat.tree_value_)
+        np.testing.assert_array_equal(col.tree_threshold_, flat.tree_threshold_)
+    assert DecisionTreeClassifier().fit(X, Y[:, 1]).n_classes_ == 3
+
+
+def test_multi_output_fit_syncs_per_node_block():
+    """Multi-output adds channels to the same node-block passes: under torch
+    the fit keeps the single-output budget (one upload and one download per
+    block, a handful more per fit) and prediction uploads nothing."""
+    pytest.importorskip("torch")
+    import xpml
+    from xpml.testing import count_syncs
+
+    X, Y, R, _ = _multi_output_data(5, n=200)
+    with xpml.backend("torch"):
+        for est, target in (
+            (DecisionTreeClassifier(), Y),
+            (DecisionTreeRegressor(), R),
+            (DecisionTreeClassifier(max_features=2, random_state=0), Y),
+        ):
+            with count_syncs() as c:
+                est.fit(X, target)
+            blocks = est._grow_stats["node_blocks"] + est._grow_stats["redraws"]
+            assert blocks >= est.max_depth_
+            assert c.syncs <= blocks + 3, (dict(c.by_kind), blocks)
+            assert c.syncs + c.uploads <= 3 * blocks + 3, (dict(c.by_kind), blocks)
+            est.predict(X)
+            with count_syncs() as c:
+                est.predict(X)
+            assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)

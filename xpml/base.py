@@ -43,6 +43,7 @@ from xpml.utils.validation import (
     check_sample_weight,
     check_squares_finite,
     check_targets,
+    encode_label_columns,
     encode_labels,
     set_feature_names,
 )
@@ -213,9 +214,11 @@ class BaseEstimator(Persistable):
 
         Parameters
         ----------
-        target : {"none", "classes", "continuous", "multi"}
+        target : {"none", "classes", "multi_classes", "continuous", "multi"}
             What ``y`` is: absent/ignored, class labels (encoded to integer
-            codes; ``classes_`` is set), one real target, or one or more.
+            codes; ``classes_`` is set), a 2-D array of class labels, one
+            column per output (codes (n, n_outputs); ``classes_`` is a list,
+            one array per output), one real target, or one or more.
 
         Returns
         -------
@@ -231,6 +234,9 @@ class BaseEstimator(Persistable):
             )
         if target == "classes":
             classes, y = encode_labels(y, name="y")
+            self.classes_ = classes
+        elif target == "multi_classes":  # one column of codes per output
+            classes, y = encode_label_columns(y, name="y")
             self.classes_ = classes
         check_consistent_length(X, y, sample_weight, names=("X", "y", "sample_weight"))
         set_feature_names(self, X)

@@ -31,7 +31,12 @@ from xpml.tree._grow import grow
 from xpml.tree._stack import cached_stack, stack_trees
 from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_is_fitted, check_random_state, decode_labels
+from xpml.utils.validation import (
+    check_is_fitted,
+    check_random_state,
+    decode_labels,
+    is_multi_output,
+)
 
 __all__ = [
     "BaggingClassifier",
@@ -148,16 +153,23 @@ class _BaseBagging(Members, BaseEstimator):
         ``Pipeline``) is fitted on the drawn rows, repeats included.
         """
         clf = isinstance(self, ClassifierMixin)
-        ctx, X, y, sw = self._validate_fit_data(
-            X, y, sample_weight, target="classes" if clf else "continuous"
-        )
+        # forests take a 2-D y (one column per output); bagging does not
+        multi = isinstance(self, _ForestMixin) and is_multi_output(y)
+        target = "classes" if clf else "continuous"
+        if multi:
+            target = "multi_classes" if clf else "multi"
+        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target=target)
+        if isinstance(self, _ForestMixin):
+            self.n_outputs_ = int(y.shape[1]) if multi else 1
         if self.oob_score and not self.bootstrap:
             raise ValueError(
                 "oob_score=True needs bootstrap=True (without bootstrap there are "
                 "no out-of-bag samples)"
             )
         n = int(X.shape[0])
-        K = int(self.classes_.shape[0]) if clf else 0
+        K = int(self.classes_.shape[0]) if clf and not multi else 0
+        if clf and multi:  # classes per output
+            K = tuple(int(c.shape[0]) for c in self.classes_)
         kept = self._kept_members()
         seeds = check_random_state(self.random_state).integers(
             0, 2**31 - 1, size=self.n_estimators
@@ -238,7 +250,8 @@ class _BaseBagging(Members, BaseEstimator):
         ctx, X, y = job.data.ctx, job.data.X, job.data.y
         xp, T = ctx.xp, len(job.seeds)
         n, d = int(X.shape[0]), int(X.shape[1])
-        params = template._grow_params(n, d, job.K)
+        n_out = int(y.shape[1]) if len(y.shape) == 2 else 1
+        params = template._grow_params(n, d, job.K, n_out)
         positive = to_numpy(job.sw > 0)
         groups = [(a, min(T, a + _GROUP)) for a in range(0, T, _GROUP)]
 
@@ -267,8 +280,11 @@ class _BaseBagging(Members, BaseEstimator):
         for t, tree in enumerate(trees):
             est = clone(template).set_params(random_state=int(job.seeds[t]))
             est.n_features_in_ = d
+            est.n_outputs_ = n_out
             if job.K:
                 est.classes_ = self.classes_
+                multi = isinstance(job.K, tuple)
+                est.n_classes_ = np.asarray(job.K) if multi else job.K
             tree = est._limit_leaves(tree)
             trees[t] = tree
             est._set_tree(tree, ctx, X.dtype, stack=False)
@@ -382,7 +398,8 @@ class _BaseBagging(Members, BaseEstimator):
                         dtype=rows.dtype,
                         device=ctx.device,
                     )
-                    rows = rows * (mk[:, :, None] if len(rows.shape) == 3 else mk)
+                    extra = (1,) * (len(rows.shape) - 2)  # per-output axes
+                    rows = rows * xp.reshape(mk, tuple(mk.shape) + extra)
                 s = xp.sum(rows, axis=0)
                 total = s if total is None else total + s
         else:
@@ -400,6 +417,8 @@ class _BaseBagging(Members, BaseEstimator):
 
     def _set_oob(self, X, y, oob, ctx, K):
         xp = ctx.xp
+        if len(y.shape) == 2:
+            return self._set_oob_multi(X, y, oob, ctx, K)
         total, count = self._member_sum(X, ctx, K, mask=oob)
         has = count > 0
         cnt = xp.asarray(np.where(has, count, 1), dtype=X.dtype, device=ctx.device)
@@ -421,31 +440,109 @@ class _BaseBagging(Members, BaseEstimator):
             self.oob_prediction_ = pred
             self.oob_score_ = float(1.0 - ss_res / ss_tot) if float(ss_tot) > 0 else 0.0
 
+    def _set_oob_multi(self, X, y, oob, ctx, K):
+        """Out-of-bag attributes of a multi-output forest, in scikit-learn's
+        shapes: ``oob_decision_function_`` (n, 2, n_outputs) and the subset
+        accuracy (binary 0/1 outputs only, scikit-learn's rule), or
+        ``oob_prediction_`` (n, n_outputs) and the R² averaged over outputs."""
+        xp = ctx.xp
+        if K and not all(_zero_one(c) for c in self.classes_):
+            raise ValueError(
+                "The type of target cannot be used to compute OOB estimates. Got "
+                "multiclass-multioutput while only the following are supported: "
+                "continuous, continuous-multioutput, binary, multiclass, "
+                "multilabel-indicator. (oob_score=True with a 2-D y needs every "
+                "output's labels to be 0 and 1.)"
+            )
+        total, count = self._member_sum(X, ctx, K, mask=oob)
+        has = count > 0
+        cnt = xp.asarray(np.where(has, count, 1), dtype=X.dtype, device=ctx.device)
+        nan = xp.asarray(np.where(has, 0.0, np.nan), dtype=X.dtype, device=ctx.device)
+        hd = xp.asarray(has, device=ctx.device)
+        mean = total / cnt[:, None, None] + nan[:, None, None]
+        if K:
+            self.oob_decision_function_ = xp.permute_dims(mean, (0, 2, 1))
+            hit = xp.all(xp.argmax(total, axis=2) == y, axis=1)
+            hit = xp.where(hd, xp.astype(hit, X.dtype), xp.zeros_like(cnt))
+            self.oob_score_ = float(xp.sum(hit)) / max(1, int(has.sum()))
+            return
+        pred = mean[:, :, 0]
+        yh, ph = y[hd], pred[hd]
+        ss_res = xp.sum((yh - ph) ** 2, axis=0)
+        ss_tot = xp.sum((yh - xp.mean(yh, axis=0)) ** 2, axis=0)
+        res, tot = to_numpy(xp.stack([ss_res, ss_tot])).astype(np.float64)
+        # scikit-learn's r2_score: a constant output scores 1 if fitted exactly
+        r2 = np.where(tot > 0, 1.0 - res / np.where(tot > 0, tot, 1.0), 0.0)
+        r2 = np.where((tot == 0) & (res == 0), 1.0, r2)
+        self.oob_prediction_ = pred
+        self.oob_score_ = float(np.mean(r2))
+
+
+def _zero_one(classes):
+    """True when an output's labels are 0 and 1 (scikit-learn's multilabel)."""
+    c = to_numpy(classes)
+    return c.dtype.kind in "biuf" and c.tolist() == [0, 1]
+
+
+def _outputs(est):
+    return getattr(est, "n_outputs_", 1)
+
 
 class _BaggingClassifierMixin(ClassifierMixin):
     @property
-    def n_classes_(self) -> int:
-        """Number of classes."""
+    def n_classes_(self) -> int | list:
+        """Number of classes (a list, one per output, for a multi-output forest)."""
         check_is_fitted(self, "classes_")
+        if _outputs(self) > 1:
+            return [int(c.shape[0]) for c in self.classes_]
         return int(self.classes_.shape[0])
 
-    def predict_log_proba(self, X: ArrayLike) -> Array:
+    def score(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> float:
+        """Mean accuracy; for a multi-output forest, scikit-learn's: the
+        fraction of rows with every output right, for 0/1 outputs only."""
+        if _outputs(self) == 1:
+            return super().score(X, y, sample_weight)
+        from xpml.tree._classes import _subset_accuracy
+
+        return _subset_accuracy(self.predict(X), y, sample_weight)
+
+    def predict_log_proba(self, X: ArrayLike) -> Array | list:
         """Logarithm of :meth:`predict_proba` (``-inf`` where no member votes)."""
         from array_api_compat import array_namespace
 
         P = self.predict_proba(X)
+        if isinstance(P, list):
+            return [array_namespace(p).log(p) for p in P]
         return array_namespace(P).log(P)
 
-    def predict_proba(self, X: ArrayLike) -> Array:
-        """Mean of the members' class probabilities, shape (n, K)."""
+    def predict_proba(self, X: ArrayLike) -> Array | list:
+        """Mean of the members' class probabilities, shape (n, K); a list of
+        (n, K_o) arrays, one per output, for a multi-output forest."""
         ctx, X = self._validate_predict_data(X)
+        if _outputs(self) > 1:
+            total, _ = self._member_sum(X, ctx, tuple(self.n_classes_))
+            P = total / len(self.estimators_)
+            return [ctx.out(P[:, o, :k]) for o, k in enumerate(self.n_classes_)]
         K = int(self.classes_.shape[0])
         total, count = self._member_sum(X, ctx, K)
         return ctx.out(total / len(self.estimators_))
 
     def predict(self, X: ArrayLike) -> Array:
-        """The class with the largest mean probability."""
+        """The class with the largest mean probability; (n, n_outputs) labels
+        for a multi-output forest."""
         ctx, X = self._validate_predict_data(X)
+        if _outputs(self) > 1:
+            from xpml.tree._classes import _stack_labels
+
+            total, _ = self._member_sum(X, ctx, tuple(self.n_classes_))
+            return _stack_labels(
+                [
+                    decode_labels(c, ctx.xp.argmax(total[:, o, :k], axis=1), ctx)
+                    for o, (c, k) in enumerate(zip(self.classes_, self.n_classes_))
+                ]
+            )
         K = int(self.classes_.shape[0])
         total, _ = self._member_sum(X, ctx, K)
         return decode_labels(self.classes_, ctx.xp.argmax(total, axis=1), ctx)
@@ -453,9 +550,12 @@ class _BaggingClassifierMixin(ClassifierMixin):
 
 class _BaggingRegressorMixin(RegressorMixin):
     def predict(self, X: ArrayLike) -> Array:
-        """Mean of the members' predictions."""
+        """Mean of the members' predictions; (n, n_outputs) for a
+        multi-output forest."""
         ctx, X = self._validate_predict_data(X)
         total, _ = self._member_sum(X, ctx, 0)
+        if _outputs(self) > 1:
+            total = ctx.xp.reshape(total, (int(total.shape[0]), _outputs(self)))
         return ctx.out(total / len(self.estimators_))
 
 
@@ -714,10 +814,17 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
     Attributes
     ----------
     estimators_ : list of DecisionTreeClassifier
-    classes_ : array (K,)
+    classes_ : array (K,), or list of arrays (one per output)
+        A list for a 2-D ``y`` with several columns (multi-output); then
+        ``predict_proba`` returns a list of (n, K_o) arrays and ``predict``
+        (n, n_outputs) labels (scikit-learn's meaning).
+    n_classes_ : int, or list of int (one per output)
+    n_outputs_ : int
     feature_importances_ : array (d,)
     oob_score_ : float
-    oob_decision_function_ : array (n, K)
+        Multi-output: the fraction of rows with every output right.
+    oob_decision_function_ : array (n, K), or (n, 2, n_outputs)
+        Multi-output ``oob_score`` needs 0/1 outputs (scikit-learn's rule).
 
     References
     ----------
@@ -748,7 +855,7 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
             None,
         ],
     }
-    _xpml_tags = BaggingClassifier._xpml_tags
+    _xpml_tags = {**BaggingClassifier._xpml_tags, "multi_output": True}
 
     def __init__(
         self,
@@ -809,9 +916,12 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
     Attributes
     ----------
     estimators_ : list of DecisionTreeRegressor
+    n_outputs_ : int
+        Columns of ``y``; a 2-D ``y`` gives (n, n_outputs) predictions.
     feature_importances_ : array (d,)
     oob_score_ : float
-    oob_prediction_ : array (n,)
+        R² (averaged uniformly over outputs for a 2-D ``y``).
+    oob_prediction_ : array (n,), or (n, n_outputs)
 
     Examples
     --------
@@ -838,7 +948,7 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
             None,
         ],
     }
-    _xpml_tags = BaggingRegressor._xpml_tags
+    _xpml_tags = {**BaggingRegressor._xpml_tags, "multi_output": True}
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from xpml.utils.validation import (
     check_random_state,
     check_targets,
     decode_labels,
+    is_multi_output,
 )
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
@@ -89,10 +90,15 @@ class _BaseDecisionTree(BaseEstimator):
     }
 
     # ----------------------------------------------------------------- fit
-    def _grow_params(self, n, d, n_classes):
+    def _grow_params(self, n, d, n_classes, n_outputs=1):
+        """The growth's rules; ``n_classes`` is a tuple (classes per output)
+        for multi-output classification."""
+        per_output = tuple(n_classes) if isinstance(n_classes, tuple) else ()
         return GrowParams(
             criterion=_CRITERIA.get(self.criterion, self.criterion),
-            n_classes=n_classes,
+            n_classes=sum(per_output) if per_output else n_classes,
+            n_outputs=int(n_outputs),
+            class_counts=per_output,
             max_depth=2**62 if self.max_depth is None else int(self.max_depth),
             min_samples_split=_resolve_count(self.min_samples_split, n, 2),
             min_samples_leaf=_resolve_count(self.min_samples_leaf, n, 1),
@@ -109,7 +115,8 @@ class _BaseDecisionTree(BaseEstimator):
         """Grow the tree from validated arrays (``y`` codes or floats) on the
         samples ``ids`` (default: those of positive weight; one host sync)."""
         xp = ctx.xp
-        params = self._grow_params(int(X.shape[0]), int(X.shape[1]), n_classes)
+        n_out = int(y.shape[1]) if len(y.shape) == 2 else 1
+        params = self._grow_params(int(X.shape[0]), int(X.shape[1]), n_classes, n_out)
         if ids is None:
             ids = xp.nonzero(sw > 0)[0]
         w = xp.take(sw, ids)
@@ -189,6 +196,10 @@ class _BaseDecisionTree(BaseEstimator):
         )
         # scikit-learn's Tree routes rows too (xpml's node numbering)
         t.apply, t.decision_path = self.apply, self.decision_path
+        t.n_outputs = _n_outputs(self)
+        k = getattr(self, "n_classes_", 1)  # scikit-learn's: 1 per regression output
+        t.n_classes = np.broadcast_to(np.asarray(k, dtype=np.intp), (t.n_outputs,))
+        t.max_n_classes = int(t.n_classes.max())
         return t
 
     # ------------------------------------------------------------- predict
@@ -288,6 +299,7 @@ class _BaseDecisionTree(BaseEstimator):
         from xpml.utils.validation import check_is_fitted, check_n_features
 
         check_is_fitted(self)
+        _single_output(self, "prune")
         ctx, X, yv = self._validation_data(X_val, y_val)
         X = check_array(X, xp=ctx.xp, name="X_val", requested=ctx.dtype)
         check_n_features(self, X, name="X_val")
@@ -527,6 +539,37 @@ def _best_first(t, max_leaf_nodes):
     return _compact({**t, "children_left": cl, "children_right": cr})
 
 
+def _single_output(est, what):
+    """Refuse a multi-output tree where only one output is supported."""
+    if _n_outputs(est) > 1:
+        raise ValueError(
+            f"{what} supports single-output trees only; this "
+            f"{type(est).__name__} was fitted on {est.n_outputs_} outputs "
+            f"(a 2-D y); fit it on one column of y to use {what}"
+        )
+
+
+def _n_outputs(est):
+    """Outputs of a fitted tree (1 for trees fitted without ``n_outputs_``,
+    e.g. the members boosting grows through ``_fit_arrays``)."""
+    return getattr(est, "n_outputs_", 1)
+
+
+def _flatten_column(y):
+    """A one-column 2-D ``y`` as 1-D, silently (scikit-learn's trees keep
+    ``n_outputs_ = 1`` and 1-D predictions for it, with no warning)."""
+    shape = getattr(y, "shape", None)
+    if shape is None and y is not None:
+        shape = np.asarray(y).shape  # array-likes (np.shape may be refused)
+    if shape is None or len(shape) != 2 or shape[1] != 1:
+        return y
+    if hasattr(y, "iloc"):  # pandas
+        return y.iloc[:, 0]
+    if not hasattr(y, "shape"):
+        y = np.asarray(y)
+    return y[:, 0]
+
+
 def _importances(t, d):
     """Total weighted impurity decrease brought by each feature, normalised."""
     left, right = t["children_left"], t["children_right"]
@@ -595,14 +638,19 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
 
     Attributes
     ----------
-    classes_ : array (K,)
+    classes_ : array (K,), or list of arrays (one per output)
+        A list when ``y`` is 2-D with several columns (multi-output).
+    n_classes_ : int, or int array (n_outputs,) for multi-output
+    n_outputs_ : int
+        Columns of ``y`` (1 for a 1-D ``y`` or one column, as scikit-learn).
     n_features_in_ : int
     tree_feature_, tree_threshold_ : arrays (node_count,)
         Split feature and threshold of each node (−2 at leaves).
     tree_children_left_, tree_children_right_ : int arrays (node_count,)
         Child indices (−1 at leaves). The root is node 0.
-    tree_value_ : array (node_count, K)
-        Weighted class fractions of each node's training samples.
+    tree_value_ : array (node_count, K), or (node_count, n_outputs, max K)
+        Weighted class fractions of each node's training samples; for
+        multi-output, scikit-learn's layout (zero past an output's classes).
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays (node_count,)
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
@@ -612,6 +660,13 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     -----
     Gini proxy of a split: ``Σ_k c_{L,k}²/W_L + Σ_k c_{R,k}²/W_R`` (maximised),
     with ``c`` cumulative weighted class counts along the sorted feature.
+
+    Multi-output ``y`` (n, n_outputs), scikit-learn's meaning: a node's
+    impurity is the mean of the outputs' impurities, a split maximises the
+    sum of the outputs' proxies; ``predict_proba`` returns a list, ``predict``
+    (n, n_outputs) labels, ``score`` the fraction of rows with every output
+    right (0/1 outputs only). ``prune`` and :func:`export_text` take
+    single-output trees only.
 
     Nodes are searched in blocks (all open nodes of one depth, grouped by
     size); each block costs one upload and one download between host and
@@ -639,7 +694,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         "purity_threshold": [Interval(Real, 0, 1, closed="right")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {}
+    _xpml_tags = {"multi_output": True}
 
     def __init__(
         self,
@@ -673,29 +728,89 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> Self:
-        """Grow the tree; returns self."""
-        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="classes")
-        self._fit_arrays(ctx, X, y, sw, int(self.classes_.shape[0]))
+        """Grow the tree; returns self. ``y`` (n,) or (n, n_outputs)."""
+        y = _flatten_column(y)
+        multi = is_multi_output(y)
+        ctx, X, y, sw = self._validate_fit_data(
+            X, y, sample_weight, target="multi_classes" if multi else "classes"
+        )
+        if multi:
+            counts = tuple(int(c.shape[0]) for c in self.classes_)
+            self.n_outputs_, self.n_classes_ = len(counts), np.asarray(counts)
+        else:
+            counts = int(self.classes_.shape[0])
+            self.n_outputs_, self.n_classes_ = 1, counts
+        self._fit_arrays(ctx, X, y, sw, counts)
         return self._fitted(ctx)
 
-    def predict_proba(self, X: ArrayLike) -> Array:
-        """Class fractions of the leaf each row reaches, shape (n, K)."""
+    def predict_proba(self, X: ArrayLike) -> Array | list:
+        """Class fractions of the leaf each row reaches, shape (n, K); a list
+        of them, one (n, K_o) per output, for a multi-output tree."""
         ctx, X = self._validate_predict_data(X)
-        return ctx.out(self._leaf_values(ctx, X))
+        P = self._leaf_values(ctx, X)
+        if _n_outputs(self) == 1:
+            return ctx.out(P)
+        return [ctx.out(P[:, o, :k]) for o, k in enumerate(self.n_classes_.tolist())]
 
     def predict(self, X: ArrayLike) -> Array:
-        """Majority class of the leaf each row reaches."""
+        """Majority class of the leaf each row reaches; (n, n_outputs) labels
+        for a multi-output tree."""
         ctx, X = self._validate_predict_data(X)
         xp = ctx.xp
         P = self._leaf_values(ctx, X)
-        return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
+        if _n_outputs(self) == 1:
+            return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
+        return _stack_labels(
+            [
+                decode_labels(c, xp.argmax(P[:, o, : int(c.shape[0])], axis=1), ctx)
+                for o, c in enumerate(self.classes_)
+            ]
+        )
 
-    def predict_log_proba(self, X: ArrayLike) -> Array:
-        """Logarithm of :meth:`predict_proba`."""
+    def score(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> float:
+        """Mean accuracy; for a multi-output tree, scikit-learn's: the
+        fraction of rows with every output right, for 0/1 outputs only."""
+        if _n_outputs(self) == 1:
+            return super().score(X, y, sample_weight)
+        return _subset_accuracy(self.predict(X), y, sample_weight)
+
+    def predict_log_proba(self, X: ArrayLike) -> Array | list:
+        """Logarithm of :meth:`predict_proba` (a list for multi-output)."""
         P = self.predict_proba(X)
         from array_api_compat import array_namespace
 
+        if isinstance(P, list):
+            return [array_namespace(p).log(p) for p in P]
         return array_namespace(P).log(P)
+
+
+def _subset_accuracy(pred, y, sample_weight=None):
+    """scikit-learn's ``accuracy_score`` of a 2-D ``y`` (host): defined for
+    multilabel 0/1 targets (rows with every output right), refused for
+    multiclass-multioutput ones."""
+    Y = np.asarray(to_numpy(y) if hasattr(y, "shape") else y)
+    P = np.asarray(to_numpy(pred))
+    check_consistent_length(P, Y, names=("X", "y"))
+    binary = Y.dtype.kind in "biuf" and set(np.unique(Y).tolist()) <= {0, 1}
+    if len(Y.shape) != 2 or not binary:
+        raise ValueError(
+            "multiclass-multioutput is not supported: score of a multi-output "
+            "classifier needs a 2-D y of 0/1 labels (scikit-learn's rule)"
+        )
+    hit = np.all(P == Y, axis=1).astype(np.float64)
+    w = None if sample_weight is None else np.asarray(to_numpy(sample_weight))
+    return float(np.average(hit, weights=w))
+
+
+def _stack_labels(cols):
+    """Per-output label columns (n,) as one (n, n_outputs) array."""
+    from array_api_compat import array_namespace
+
+    if all(isinstance(c, np.ndarray) for c in cols):
+        return np.stack(cols, axis=1)
+    return array_namespace(*cols).stack(cols, axis=1)
 
 
 class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
@@ -724,8 +839,11 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     ----------
     n_features_in_ : int
     tree_feature_, tree_threshold_, tree_children_left_, tree_children_right_ : arrays
-    tree_value_ : array (node_count,)
-        Weighted mean of ``y`` in each node.
+    n_outputs_ : int
+        Columns of ``y`` (1 for a 1-D ``y`` or one column, as scikit-learn).
+    tree_value_ : array (node_count,), or (node_count, n_outputs, 1)
+        Weighted mean of ``y`` in each node (per output, in scikit-learn's
+        layout, for a 2-D ``y``).
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
@@ -735,6 +853,12 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     The split maximises ``S_L²/W_L + S_R²/W_R`` with ``S`` cumulative weighted
     sums of ``y − ȳ_node`` along the sorted feature, i.e. minimises the children's
     summed squared error.
+
+    Multi-output ``y`` (n, n_outputs), scikit-learn's meaning: the impurity is
+    the mean of the outputs' (weighted) variances or Poisson deviances, the
+    split maximises the sum of the outputs' proxies, leaves hold per-output
+    weighted means and ``predict`` returns (n, n_outputs); ``score`` is the
+    R² averaged uniformly over outputs.
 
     Examples
     --------
@@ -750,7 +874,7 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         "criterion": [Options("squared_error", "friedman_mse", "variance", "poisson")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {}
+    _xpml_tags = {"multi_output": True}
 
     def __init__(
         self,
@@ -782,19 +906,26 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> Self:
-        """Grow the tree; returns self."""
+        """Grow the tree; returns self. ``y`` (n,) or (n, n_outputs)."""
+        y = _flatten_column(y)
+        multi = is_multi_output(y)
         ctx, X, y, sw = self._validate_fit_data(
-            X, y, sample_weight, target="continuous"
+            X, y, sample_weight, target="multi" if multi else "continuous"
         )
+        self.n_outputs_ = int(y.shape[1]) if multi else 1
         if self.criterion == "poisson":
             _check_poisson_targets(y, ctx.xp)
         self._fit_arrays(ctx, X, y, sw, 0)
         return self._fitted(ctx)
 
     def predict(self, X: ArrayLike) -> Array:
-        """Mean training target of the leaf each row reaches."""
+        """Mean training target of the leaf each row reaches; (n, n_outputs)
+        for a multi-output tree."""
         ctx, X = self._validate_predict_data(X)
-        return ctx.out(self._leaf_values(ctx, X))
+        v = self._leaf_values(ctx, X)
+        if _n_outputs(self) > 1:
+            v = ctx.xp.reshape(v, (int(v.shape[0]), self.n_outputs_))
+        return ctx.out(v)
 
 
 def _check_poisson_targets(y, xp):
@@ -854,6 +985,7 @@ def export_text(
     from xpml.utils.validation import check_is_fitted
 
     check_is_fitted(decision_tree)
+    _single_output(decision_tree, "export_text")
     t = decision_tree._host_tree()
     d = decision_tree.n_features_in_
     names = (

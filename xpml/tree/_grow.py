@@ -84,10 +84,27 @@ class GrowParams:
     max_features: int
     splitter: str = "best"  # "random": one uniform threshold per feature
     min_weight_leaf: float = 0.0  # fraction of its tree's weight a leaf keeps
+    n_outputs: int = 1  # columns of ``y``; above 1, ``y`` is (n, n_outputs)
+    class_counts: tuple = ()  # multi-output classification: classes per output
 
     @property
     def classification(self):
         return self.n_classes > 0
+
+    @property
+    def multi(self):
+        return self.n_outputs > 1
+
+    def output(self, o):
+        """The single-output parameters of output ``o`` (classification)."""
+        return dataclasses.replace(
+            self, n_classes=self.class_counts[o], n_outputs=1, class_counts=()
+        )
+
+    @property
+    def offsets(self):
+        """Where each output's classes start among the node statistics."""
+        return np.concatenate([[0], np.cumsum(self.class_counts)]).astype(np.int64)
 
 
 def work_elements(dtype, xp) -> int:
@@ -153,9 +170,17 @@ class _NodeTable:
 
 
 def _impurity_host(stats, W, params):
-    """Node impurity from its statistics (class counts, or [mean, variance])."""
+    """Node impurity from its statistics (class counts, or [mean, variance]);
+    with several outputs, the mean of the outputs' impurities."""
+    if params.classification and params.multi:
+        off = params.offsets
+        per = [
+            _impurity_host(stats[:, off[o] : off[o + 1]], W, params.output(o))
+            for o in range(params.n_outputs)
+        ]
+        return np.mean(per, axis=0)
     if not params.classification:
-        return stats[:, 1].copy()
+        return stats[:, -1].copy()  # [means..., impurity]
     p = stats / np.where(W > 0, W, 1.0)[:, None]
     if params.criterion == "gini":
         return np.maximum(1.0 - np.sum(p * p, axis=1), 0.0)
@@ -171,6 +196,10 @@ def _splittable(depth, n, stats, W, impurity, *, params, W_tree):
     ok &= W >= 2 * params.min_weight_leaf * W_tree
     ok &= (n >= 2 * params.min_samples_leaf) & (impurity > EPSILON)
     if params.classification and params.purity_threshold < 1.0:
+        if params.multi:  # every output's majority must reach the threshold
+            off = params.offsets
+            top = [np.max(stats[:, a:b], axis=1) for a, b in zip(off[:-1], off[1:])]
+            stats = np.min(np.stack(top, axis=1), axis=1, keepdims=True)
         purity = np.max(stats, axis=1) / np.where(W > 0, W, 1.0)
         ok &= purity < params.purity_threshold
     return ok
@@ -252,8 +281,10 @@ def grow(X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None):
     Parameters
     ----------
     X : array (n, d), float
-    y : array (n,)
-        Integer class codes ``0..K-1`` (classification) or float targets.
+    y : array (n,) or (n, n_outputs)
+        Integer class codes ``0..K-1`` (classification) or float targets;
+        one column per output when ``params.n_outputs > 1`` (class codes of
+        output ``o`` in ``0..params.class_counts[o]-1``).
     samp, sampw : arrays (E,)
         Sample indices and their (positive) weights, the roots' samples one
         root after another.
@@ -273,6 +304,8 @@ def grow(X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None):
         One dict of host NumPy arrays per tree: ``feature``, ``threshold``,
         ``children_left``, ``children_right``, ``value``, ``impurity``,
         ``n_node_samples``, ``weighted_n_node_samples``, and ``max_depth``.
+        With several outputs ``value`` is (nodes, n_outputs, max classes)
+        (class fractions, zero-padded) or (nodes, n_outputs, 1) (means).
     stats : dict
         ``node_blocks`` (blocks searched, one upload and one download each)
         and ``redraws`` (extra rounds for nodes that drew constant features).
@@ -290,7 +323,10 @@ def _start(X, y, params, rngs, budget, *, xp):
     Xflat = xp.concat(
         [xp.reshape(X, (-1,)), xp.full(d, xp.inf, dtype=X.dtype, device=dev)]
     )
-    y = xp.concat([y, xp.zeros(1, dtype=y.dtype, device=dev)])
+    if params.multi:
+        y = _multi_targets(y, params, xp)
+    else:
+        y = xp.concat([y, xp.zeros(1, dtype=y.dtype, device=dev)])
     K = params.n_classes
     subset = min(params.max_features, d) < d
     return _Growth(
@@ -299,7 +335,7 @@ def _start(X, y, params, rngs, budget, *, xp):
         d=d,
         sentinel=xp.full((), n, dtype=xp.int64, device=dev),
         params=params,
-        table=_NodeTable(K if K else 2, d if subset else 0),
+        table=_NodeTable(K if K else params.n_outputs + 1, d if subset else 0),
         W_root=np.zeros(0),
         W_dev=None,
         rngs=rngs,
@@ -313,6 +349,8 @@ def _root_stats(g, samp, sampw, starts, ends):
     """Class counts, or [mean, variance], and total weight of every root (one
     download for all roots)."""
     xp, K = g.xp, g.params.n_classes
+    if g.params.multi:
+        return _root_stats_multi(g, samp, sampw, starts, ends)
     rows = []
     for s, e in zip(starts.tolist(), ends.tolist()):
         ys, w = xp.take(g.y, samp[s:e]), sampw[s:e]
@@ -478,6 +516,8 @@ def _gather_block(g, level, aux, L, ids):
     mean = None
     if not g.params.classification:
         mu = g.table["stats"][ids, 0]
+        if g.params.multi:
+            mu = g.table["stats"][ids, : g.params.n_outputs]
         mean = xp.asarray(mu, dtype=g.Xflat.dtype, device=dev)
     return _Entries(sids, ws, ln_d, valid, mean)
 
@@ -582,6 +622,8 @@ def _channels(g, ent):
     xp = g.xp
     nb, L = ent.sids.shape
     ws = xp.reshape(ent.ws, (-1,))
+    if g.params.multi:
+        return _channels_multi(g, ent, ws)
     ys = xp.take(g.y, xp.reshape(ent.sids, (-1,)))
     if g.params.classification:
         zero = xp.zeros_like(ws)
@@ -682,7 +724,9 @@ def _search(g, ent, F, vals):
     cum = xp.cumulative_sum(chans, axis=-1)
     wl = cum[0, ...]
     wr = wl[..., -1:] - wl
-    if g.params.classification:
+    if g.params.multi:
+        score = _multi_scores(g, ent, cum, (wl, wr))
+    elif g.params.classification:
         score = _class_scores(g, cum[1:, ...], (wl, wr))
     elif g.params.criterion == "poisson":
         score = _poisson_scores(g, cum[1, ...] + wl * ent.mean[:, None, None], (wl, wr))
@@ -768,6 +812,8 @@ def _children_stats(g, ent, feat, p):
     rs = xp.reshape(xp.take(xp.reshape(ent.sids, (-1,)), flat), (nb, L))
     rw = xp.reshape(xp.take(xp.reshape(ent.ws, (-1,)), flat), (nb, L))
     rwl = xp.where(pos[None, :] <= p[:, None], rw, xp.zeros_like(rw))
+    if params.multi:
+        return rs, rw, _children_sums_multi(g, ent, rs, (rwl, rw))
     ys = xp.reshape(xp.take(g.y, xp.reshape(rs, (-1,))), (nb, L))
     if params.classification:
         ks = xp.arange(params.n_classes, dtype=ys.dtype, device=dev)
@@ -791,9 +837,13 @@ def _accept(g, blk, h, known):
     table, params = g.table, g.params
     nid = blk.ids
     hp = h[:, 2].astype(np.int64)
-    stl, str_, wl, wr = _child_stats_host(
-        h[:, 4:], params.n_classes, table["stats"][nid, 0], params.criterion
-    )
+    if params.multi:
+        node_mean = table["stats"][nid, : params.n_outputs]
+        stl, str_, wl, wr = _child_stats_host_multi(h[:, 4:], params, node_mean)
+    else:
+        stl, str_, wl, wr = _child_stats_host(
+            h[:, 4:], params.n_classes, table["stats"][nid, 0], params.criterion
+        )
     imp_l = _impurity_host(stl, wl, params)
     imp_r = _impurity_host(str_, wr, params)
     trees = table["tree"][nid]
@@ -858,6 +908,178 @@ def _child_stats_host(h, K, node_mean, criterion="squared_error"):
     return out[0], out[1], w_l, w_t - w_l
 
 
+# ------------------------------------------------------------ multi-output
+# With ``params.n_outputs > 1`` the same node-block passes carry one set of
+# channels per output: a node's statistics are the outputs' class counts one
+# after another (classification; output ``o``'s codes are shifted by
+# ``params.offsets[o]`` so one one-hot covers them all), or the outputs' means
+# then the mean of their impurities (regression). A split's score is the sum
+# of the outputs' proxies, and a node's impurity the mean of the outputs'
+# impurities (scikit-learn's multi-output criteria).
+def _multi_targets(y, params, xp):
+    """``y`` (n, O) with the classification codes shifted per output and a
+    zero row appended for the sentinel sample."""
+    dev = device(y)
+    if params.classification:
+        off = xp.asarray(params.offsets[:-1], dtype=y.dtype, device=dev)
+        y = y + off[None, :]
+    return xp.concat([y, xp.zeros((1, params.n_outputs), dtype=y.dtype, device=dev)])
+
+
+def _root_stats_multi(g, samp, sampw, starts, ends):
+    """:func:`_root_stats` for several outputs (one download for all roots)."""
+    xp, params = g.xp, g.params
+    K = params.n_classes
+    rows = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        ys, w = xp.take(g.y, samp[s:e], axis=0), sampw[s:e]
+        if K:
+            ks = xp.arange(K, dtype=ys.dtype, device=device(ys))
+            oh = xp.sum(xp.astype(ys[:, :, None] == ks[None, None, :], w.dtype), axis=1)
+            rows.append(xp.sum(oh * w[:, None], axis=0))
+            continue
+        tw = xp.sum(w)
+        # per output, the single-output reductions (same order on every library)
+        mu = [xp.sum(w * ys[:, o]) / tw for o in range(params.n_outputs)]
+        if params.criterion == "poisson":
+            imp = [
+                xp.sum(w * _xlogx(ys[:, o], xp)) / tw - _xlogx(m, xp)
+                for o, m in enumerate(mu)
+            ]
+        else:
+            imp = [xp.sum(w * (ys[:, o] - m) ** 2) / tw for o, m in enumerate(mu)]
+        rows.append(xp.stack([tw] + mu + [xp.mean(xp.stack(imp))]))
+    both = xp.stack(rows)
+    K0 = params.class_counts[0] if K else 0
+    g.W_dev = xp.sum(both[:, :K0], axis=1) if K else both[:, 0]
+    h = np.asarray(to_numpy(both), dtype=np.float64)
+    if K:
+        return h, h[:, :K0].sum(axis=1)
+    return h[:, 1:], h[:, 0].copy()
+
+
+def _channels_multi(g, ent, ws):
+    """:func:`_channels` for several outputs: ``w``, then each output's
+    ``w·[y_o = k]`` (its classes but the last) or ``w·(y_o − ȳ_o)``."""
+    xp, params = g.xp, g.params
+    nb, L = ent.sids.shape
+    ys = xp.take(g.y, xp.reshape(ent.sids, (-1,)), axis=0)
+    rows = [ws]
+    if params.classification:
+        zero = xp.zeros_like(ws)
+        for o, k0 in enumerate(params.offsets[:-1].tolist()):
+            col = ys[:, o]
+            rows += [
+                xp.where(col == k0 + k, ws, zero)
+                for k in range(params.class_counts[o] - 1)
+            ]
+        return xp.stack(rows)
+    yc = xp.reshape(ys, (nb, L, params.n_outputs)) - ent.mean[:, None, :]
+    yc = xp.reshape(yc, (nb * L, params.n_outputs))
+    rows += [ws * yc[:, o] for o in range(params.n_outputs)]
+    return xp.stack(rows)
+
+
+def _multi_scores(g, ent, cum, wlr):
+    """Sum over the outputs of each output's proxy (``cum``: the cumulative
+    channels of :func:`_channels_multi`)."""
+    params = g.params
+    total = None
+    for o in range(params.n_outputs):
+        if params.classification:
+            a = 1 + int(params.offsets[o]) - o  # each output drops its last class
+            sub = _Scorer(g.xp, params.output(o))
+            s = _class_scores(sub, cum[a : a + params.class_counts[o] - 1, ...], wlr)
+        elif params.criterion == "poisson":
+            mean = ent.mean[:, o][:, None, None]
+            s = _poisson_scores(g, cum[1 + o, ...] + wlr[0] * mean, wlr)
+        else:
+            s = _sse_scores(g, cum[1 + o, ...], wlr)
+        total = s if total is None else total + s
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scorer:
+    """What :func:`_class_scores` reads of a growth: one output's parameters."""
+
+    xp: Any
+    params: GrowParams
+
+
+def _children_sums_multi(g, ent, rs, wlr):
+    """The packed child statistics of :func:`_children_stats` for several
+    outputs: class counts of the left part and the whole node, or the sums of
+    ``w``, ``w(y_o−ȳ_o)``, ``w(y_o−ȳ_o)²`` (Poisson: ``w y_o log y_o``) of both."""
+    xp, params = g.xp, g.params
+    nb, L = rs.shape
+    O = params.n_outputs
+    ys = xp.reshape(xp.take(g.y, xp.reshape(rs, (-1,)), axis=0), (nb, L, O))
+    rwl, rw = wlr
+    if params.classification:
+        ks = xp.arange(params.n_classes, dtype=ys.dtype, device=device(ys))
+        oh = xp.sum(
+            xp.astype(ys[:, :, :, None] == ks[None, None, None, :], rw.dtype), axis=2
+        )
+        return [
+            xp.sum(oh * rwl[:, :, None], axis=1),
+            xp.sum(oh * rw[:, :, None], axis=1),
+        ]
+    # per output, the single-output sums over (nb, L) rows: the same
+    # summation order on every library
+    yc = [ys[:, :, o] - ent.mean[:, o][:, None] for o in range(O)]
+    if params.criterion == "poisson":
+        sq = [_xlogx(ys[:, :, o], xp) for o in range(O)]
+    else:
+        sq = [c * c for c in yc]
+    sums = []
+    for w in (rwl, rw):
+        sums += [xp.sum(w, axis=1)] + [xp.sum(w * t, axis=1) for t in yc + sq]
+    return [xp.stack(sums, axis=1)]
+
+
+def _child_stats_host_multi(h, params, node_mean):
+    """:func:`_child_stats_host` for several outputs."""
+    O, K = params.n_outputs, params.n_classes
+    if K:
+        cl, ct = h[:, :K], h[:, K : 2 * K]
+        cr = np.maximum(ct - cl, 0.0)
+        K0 = params.class_counts[0]
+        return cl, cr, cl[:, :K0].sum(1), cr[:, :K0].sum(1)
+    w = 1 + 2 * O
+    # each output's [mean, impurity] of both children from its own sums
+    per = [
+        _child_stats_host(
+            h[:, [0, 1 + o, 1 + O + o, w, w + 1 + o, w + 1 + O + o]],
+            0,
+            node_mean[:, o],
+            params.criterion,
+        )
+        for o in range(O)
+    ]
+
+    def side(i):
+        means = np.stack([p[i][:, 0] for p in per], axis=1)
+        imp = np.mean([p[i][:, 1] for p in per], axis=0)
+        return np.concatenate([means, imp[:, None]], axis=1)
+
+    return side(0), side(1), per[0][2], per[0][3]
+
+
+def _multi_values(stats, W, params):
+    """Node values in scikit-learn's multi-output layout: (nodes, O, max K)
+    class fractions (zero past an output's classes) or (nodes, O, 1) means."""
+    O = params.n_outputs
+    if not params.classification:
+        return stats[:, :O, None].copy()
+    frac = stats / np.where(W > 0, W, 1.0)[:, None]
+    off = params.offsets
+    value = np.zeros((len(stats), O, max(params.class_counts)))
+    for o in range(O):
+        value[:, o, : params.class_counts[o]] = frac[:, off[o] : off[o + 1]]
+    return value
+
+
 def _interleave(a, b):
     """``[a0, b0, a1, b1, ...]`` along the first axis."""
     out = np.empty((2 * len(a),) + a.shape[1:], dtype=np.result_type(a, b))
@@ -916,7 +1138,9 @@ def _split_trees(table, R, params):
         remap[sel] = np.arange(len(sel))
         left, right = table["left"][sel], table["right"][sel]
         stats, W = table["stats"][sel], table["W"][sel]
-        if params.classification:
+        if params.multi:
+            value = _multi_values(stats, W, params)
+        elif params.classification:
             value = stats / np.where(W > 0, W, 1.0)[:, None]
         else:
             value = stats[:, 0].copy()

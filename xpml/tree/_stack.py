@@ -13,6 +13,7 @@ namespace or device.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import array_api_compat.numpy as hnp
@@ -60,7 +61,7 @@ class TreeStack:
         trees holding about ``max_elements`` (tree, row, value) entries each:
         small enough to stay in cache on a CPU."""
         n = int(X.shape[0])
-        k = int(self.value.shape[1]) if len(self.value.shape) == 2 else 1
+        k = math.prod(int(s) for s in self.value.shape[1:])  # values per node
         per_chunk = max(1, max_elements // max(1, n * k))
         for a in range(0, self.n_trees, per_chunk):
             b = min(self.n_trees, a + per_chunk)

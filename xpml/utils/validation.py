@@ -50,6 +50,8 @@ __all__ = [
     "dense_from_sparse",
     "is_sparse",
     "encode_labels",
+    "encode_label_columns",
+    "is_multi_output",
     "decode_labels",
     "num_samples",
 ]
@@ -523,6 +525,51 @@ def encode_labels(y, *, name="y", min_classes=2):
             else f"{name} has no samples; at least {min_classes} classes are required"
         )
     return classes, codes
+
+
+def is_multi_output(y):
+    """True for a 2-D ``y`` with more than one column (several outputs); a
+    single column is one output."""
+    shape = getattr(y, "shape", None)
+    if shape is None and y is not None:
+        shape = np.asarray(y).shape  # array-likes (np.shape may be refused)
+    return shape is not None and len(shape) == 2 and shape[1] > 1
+
+
+def encode_label_columns(y, *, name="y"):
+    """Per-output class codes of a 2-D ``y`` (n, n_outputs): each column
+    encoded by :func:`encode_labels` (a column may hold a single class).
+
+    Returns
+    -------
+    classes : list of arrays
+        Sorted labels of each output (NumPy for strings).
+    codes : int64 array (n, n_outputs)
+        In ``y``'s library (NumPy for strings or array-likes).
+    """
+    if y is None:
+        raise ValueError(f"{name} is None; this estimator needs class labels")
+    if is_sparse(y):
+        raise TypeError(
+            f"{name} is a SciPy sparse {type(y).__name__}; class labels must be a "
+            f"dense array (sparse {name} is not supported, as in scikit-learn)"
+        )
+    if not array_api_compat.is_array_api_obj(y):
+        y = np.asarray(y)
+    if len(y.shape) != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array of class labels (n_samples, n_outputs); "
+            f"got shape {tuple(y.shape)}"
+        )
+    classes, codes = [], []
+    for j in range(int(y.shape[1])):
+        cls, c = encode_labels(y[:, j], name=f"{name}[:, {j}]", min_classes=1)
+        classes.append(cls)
+        codes.append(c)
+    if all(isinstance(c, np.ndarray) for c in codes):
+        return classes, np.stack(codes, axis=1)
+    xp = array_api_compat.array_namespace(*codes)
+    return classes, xp.stack(codes, axis=1)
 
 
 def decode_labels(classes, codes, ctx):
