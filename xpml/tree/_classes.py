@@ -747,7 +747,11 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     """
 
     _parameter_constraints = {
-        "criterion": [Options("squared_error", "friedman_mse", "variance", "poisson")],
+        "criterion": [
+            Options(
+                "squared_error", "friedman_mse", "variance", "poisson", "absolute_error"
+            )
+        ],
         **_BaseDecisionTree._common_constraints,
     }
     _xpml_tags = {}
