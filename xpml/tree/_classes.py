@@ -705,7 +705,8 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
     ----------
     splitter : {"best", "random"}, default="best"
         As for :class:`DecisionTreeClassifier`.
-    criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
+    criterion : {"squared_error", "friedman_mse", "variance", "poisson", \
+"absolute_error"}, default="squared_error"
         "squared_error" and "variance" name the same impurity, the weighted
         variance of ``y`` in a node. "friedman_mse" (scikit-learn's) ranks splits
         by Friedman's improvement ``w_L w_R (ȳ_L − ȳ_R)² / (w_L + w_R)``, which
@@ -714,7 +715,10 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
         maps it to "squared_error" too. "poisson" (scikit-learn's): the half
         Poisson deviance ``Σ w (y log(y/ȳ) − y + ȳ) / W``, for targets
         ``y >= 0`` with a positive sum; a split leaving a child of mean 0 is
-        not taken.
+        not taken. "absolute_error" (scikit-learn's): the impurity is
+        ``Σ w |y − m| / W`` with ``m`` the node's weighted median, which is
+        also its prediction (scikit-learn's median: the mean of the two
+        middle values when the weight below them is exactly half).
     max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
 min_impurity_decrease, \
 max_features, random_state, max_leaf_nodes, ccp_alpha
@@ -725,7 +729,8 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     n_features_in_ : int
     tree_feature_, tree_threshold_, tree_children_left_, tree_children_right_ : arrays
     tree_value_ : array (node_count,)
-        Weighted mean of ``y`` in each node.
+        Weighted mean of ``y`` in each node (weighted median for
+        "absolute_error").
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
@@ -734,7 +739,9 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     -----
     The split maximises ``S_L²/W_L + S_R²/W_R`` with ``S`` cumulative weighted
     sums of ``y − ȳ_node`` along the sorted feature, i.e. minimises the children's
-    summed squared error.
+    summed squared error. With "absolute_error" it minimises the children's
+    summed ``Σ w |y − median|``, from the weighted medians of every prefix and
+    suffix of the sorted rows (:mod:`xpml.tree._median`).
 
     Examples
     --------
@@ -796,7 +803,8 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         return self._fitted(ctx)
 
     def predict(self, X: ArrayLike) -> Array:
-        """Mean training target of the leaf each row reaches."""
+        """Mean (median for "absolute_error") training target of the leaf each
+        row reaches."""
         ctx, X = self._validate_predict_data(X)
         return ctx.out(self._leaf_values(ctx, X))
 
