@@ -288,6 +288,7 @@ def test_fit_syncs_per_node_block_and_predict_uploads_nothing():
         for est, target in (
             (DecisionTreeClassifier(), y),
             (DecisionTreeRegressor(), X[:, 0] + y),
+            (DecisionTreeRegressor(criterion="absolute_error", max_depth=6), X[:, 0]),
             (DecisionTreeClassifier(max_features=5, random_state=0), y),
         ):
             with count_syncs() as c:
