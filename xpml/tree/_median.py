@@ -91,7 +91,7 @@ def _walk(rank, w, wy, lo, hi, *, strict, xp):
     """Descend the wavelet matrix of ``rank`` (R, L) for the query ranges
     ``[lo, hi)`` (R, Q). Returns, per query, the median rank ``t`` (the
     smallest rank whose cumulative weight in the range reaches half of the
-    range's weight; exceeds it where ``strict``), and the weight and ``w·y`` of
+    range's weight; exceeds it where ``strict``, None: nowhere), and the weight and ``w·y`` of
     the range's entries ranked below ``t``; and the range's weight and ``w·y``."""
     R, L = (int(n) for n in rank.shape)
     Q = int(lo.shape[1])
@@ -121,7 +121,9 @@ def _walk(rank, w, wy, lo, hi, *, strict, xp):
         C = xp.cumulative_sum(C, axis=-1, include_initial=True)
         g = at_ends(C)
         tot = acc_w + (g[0, :, Q:] - g[0, :, :Q])
-        up = (tot < half) | (strict & (tot == half))
+        up = tot < half
+        if strict is not None:
+            up = up | (strict & (tot == half))
         acc_w = xp.where(up, tot, acc_w)
         acc_y = xp.where(up, acc_y + (g[1, :, Q:] - g[1, :, :Q]), acc_y)
         t = xp.where(up, t + (1 << b), t)
@@ -176,12 +178,10 @@ def range_abs_errors(rank, w, y_by_rank, lo, hi, *, xp, midpoint=False):
     lo2, hi2 = xp.reshape(lo, (G * F, Q)), xp.reshape(hi, (G * F, Q))
     if midpoint:  # both medians in one walk: the queries twice
         lo2, hi2 = xp.concat([lo2, lo2], axis=1), xp.concat([hi2, hi2], axis=1)
-        strict = xp.arange(2 * Q, device=device(lo)) >= Q
+        strict = (xp.arange(2 * Q, device=device(lo)) >= Q)[None, :]
     else:
-        strict = xp.zeros(Q, dtype=xp.bool, device=device(lo))
-    t_all, acc_w, acc_y, W, Y = _walk(
-        r2, w2, wy, lo2, hi2, strict=strict[None, :], xp=xp
-    )
+        strict = None
+    t_all, acc_w, acc_y, W, Y = _walk(r2, w2, wy, lo2, hi2, strict=strict, xp=xp)
     # a range of no weight has no median: the strict walk runs past the end
     t_all = xp.minimum(t_all, xp.full_like(t_all, L - 1))
     t, acc_w, acc_y, W, Y = (a[:, :Q] for a in (t_all, acc_w, acc_y, W, Y))
