@@ -10,7 +10,9 @@ blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
    axis);
 3. ``cumulative_sum`` along the sorted order gives the left child's weighted
    class counts (or weighted sums of ``y``) at every threshold; the right
-   child's follow by subtraction from the total;
+   child's follow by subtraction from the total (absolute error: the weighted
+   median and absolute error of every prefix and suffix, from a walk over
+   the nodes' ``y`` ranks, :mod:`xpml.tree._median`);
 4. the criterion is scored at every position between *distinct* neighbouring
    values, for all features in one array pass, and ``argmax`` picks the best
    ``(feature, threshold)`` of each node;
