@@ -709,6 +709,19 @@ def test_absolute_error_leaf_is_sklearns_weighted_median(y, w, xp):
     )
 
 
+def test_absolute_error_keeps_the_first_of_tied_splits():
+    """scikit-learn's toy (its test_mae): two splits with equal weighted
+    absolute errors up to rounding; the first is kept, as scikit-learn."""
+    X, y = [[3], [5], [3], [8], [5]], [6, 7, 3, 4, 3]
+    est = DecisionTreeRegressor(criterion="absolute_error", max_leaf_nodes=2)
+    est.fit(X, y, sample_weight=[0.6, 0.3, 0.1, 1.0, 0.3])
+    np.testing.assert_allclose(est.tree_impurity_, [2.5 / 2.3, 0.3 / 0.7, 1.2 / 1.6])
+    np.testing.assert_array_equal(est.tree_value_, [4.0, 6.0, 4.0])
+    est.fit(X, y)
+    np.testing.assert_array_equal(est.tree_impurity_, [1.4, 1.5, 4.0 / 3.0])
+    np.testing.assert_array_equal(est.tree_value_, [4.0, 4.5, 4.0])
+
+
 def test_absolute_error_pruning_as_sklearn():
     """cost_complexity_pruning_path and ccp_alpha with absolute_error: the
     path of the absolute-error impurities (1e-9 relative) and the pruned

@@ -722,7 +722,12 @@ def _abs_error_scores(g, ent, chans):
     hi = xp.broadcast_to(xp.concat([k + 1, xp.full_like(k, L)]), (nb, f, 2 * L))
     yc = ent.ysorted - ent.mean[:, None]
     sae, _, _ = range_abs_errors(rank, chans[0, ...], yc, lo, hi, xp=xp)
-    return -(sae[..., :L] + sae[..., L:])
+    # splits whose errors agree to 2^-32 of the node's are ties (exact ties are
+    # common and rounding would pick among them): the first is kept, as
+    # scikit-learn keeps the first of equal errors
+    q = sae[..., L - 1 : L] * 2.0**-32  # the whole node: the last prefix
+    q = xp.where(q > 0, q, xp.ones_like(q))
+    return -xp.round((sae[..., :L] + sae[..., L:]) / q) * q
 
 
 def _abs_error_children(g, ent, flat, rw, p):
