@@ -581,3 +581,30 @@ def test_multi_output_y_in_bagging_is_refused_and_column_y_warns():
     with pytest.warns(data_conversion_warning()):
         rf = RandomForestClassifier(3, random_state=0).fit(X, Y[:, :1])
     assert rf.n_outputs_ == 1 and rf.predict(X).shape == (100,)
+
+
+def test_absolute_error_forest_as_sklearn(xp):
+    """criterion="absolute_error": without bootstrap and with every feature
+    each tree is scikit-learn's weighted-median tree, so the forest predicts
+    as scikit-learn's (1e-12 relative; continuous weights, so no two splits
+    tie); with bootstrap and feature subsets, held-out R² within 0.06 of
+    scikit-learn's (different random draws)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(300, 4)).astype(np.float32).astype(np.float64)
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.standard_t(2, size=300)
+    w = rng.uniform(0.5, 2.0, 300)
+    kw = dict(criterion="absolute_error", max_depth=4, random_state=0)
+    exact = dict(n_estimators=2, bootstrap=False, max_features=None, **kw)
+    ref = SkForestReg(**exact).fit(X[:150], y[:150], w[:150])
+    ours = RandomForestRegressor(**exact).fit(
+        xp.asarray(X[:150]), xp.asarray(y[:150]), sample_weight=xp.asarray(w[:150])
+    )
+    got = xp.to_numpy(ours.predict(xp.asarray(X[150:])))
+    np.testing.assert_allclose(got, ref.predict(X[150:]), rtol=1e-12)
+    if xp.name != "numpy":
+        return
+    boot = dict(n_estimators=20, max_features=0.5, **kw)
+    ref = SkForestReg(**boot).fit(X[:200], y[:200])
+    ours = RandomForestRegressor(**boot).fit(X[:200], y[:200])
+    r2, r2_ref = ours.score(X[200:], y[200:]), ref.score(X[200:], y[200:])
+    assert r2 > 0.5 and abs(r2 - r2_ref) <= 0.06, (r2, r2_ref)

@@ -289,6 +289,7 @@ def test_fit_syncs_per_node_block_and_predict_uploads_nothing():
         for est, target in (
             (DecisionTreeClassifier(), y),
             (DecisionTreeRegressor(), X[:, 0] + y),
+            (DecisionTreeRegressor(criterion="absolute_error", max_depth=6), X[:, 0]),
             (DecisionTreeClassifier(max_features=5, random_state=0), y),
         ):
             with count_syncs() as c:
@@ -610,6 +611,142 @@ def test_poisson_rejects_what_sklearn_rejects():
     np.testing.assert_allclose(est.predict(X), sk.predict(X), rtol=1e-12)
 
 
+def _assert_same_tree(sk, est, X, xp, *, tol=1e-12):
+    """Walk both trees from the root (scikit-learn numbers nodes depth-first,
+    xpml breadth-first) with the training rows ``X``: every split sends the
+    same rows left, on the same feature and threshold (``tol``) unless
+    another feature splits those rows alike (a tie scikit-learn breaks by
+    its random feature order); same values (``tol`` relative) and
+    impurities (1e-10 relative, 1e-12 absolute)."""
+    t = sk.tree_
+    got = {
+        k: xp.to_numpy(getattr(est, f"tree_{k}_"))
+        for k in ("feature", "threshold", "value", "impurity")
+    }
+    kids = [xp.to_numpy(getattr(est, f"tree_children_{s}_")) for s in ("left", "right")]
+    assert est.node_count_ == t.node_count
+    stack = [(0, 0, np.arange(len(X)))]
+    while stack:
+        i, j, rows = stack.pop()
+        f, g = t.feature[i], got["feature"][j]
+        assert (f < 0) == (g < 0), (i, j)
+        np.testing.assert_allclose(got["value"][j], t.value[i, 0, 0], rtol=tol)
+        np.testing.assert_allclose(
+            got["impurity"][j], t.impurity[i], rtol=1e-10, atol=1e-12
+        )
+        if f < 0:
+            continue
+        go = X[rows, f] <= t.threshold[i]
+        np.testing.assert_array_equal(X[rows, g] <= got["threshold"][j], go)
+        if g == f:
+            assert abs(got["threshold"][j] - t.threshold[i]) <= tol, (i, j)
+        stack.append((t.children_left[i], kids[0][j], rows[go]))
+        stack.append((t.children_right[i], kids[1][j], rows[~go]))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(max_depth=3), dict(max_depth=5, min_samples_leaf=3)],
+)
+def test_absolute_error_criterion_as_sklearn(kw, xp):
+    """criterion="absolute_error", weighted: scikit-learn's tree node by node
+    (features, thresholds to 1e-12, leaf weighted medians to 1e-12 relative,
+    impurities, the weighted mean absolute error about the median, to 1e-10)
+    and its predictions. Continuous weights: no two splits tie (unweighted
+    absolute errors tie exactly between neighbouring positions, and each
+    library then keeps the one its rounding favours); X float32-exact, as
+    scikit-learn casts it."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(160, 5)).astype(np.float32).astype(np.float64)
+    y = X[:, 0] - 2 * X[:, 1] ** 2 + 0.3 * rng.normal(size=160)
+    w = rng.uniform(0.5, 2.0, 160)
+    sk = SkReg(criterion="absolute_error", random_state=0, **kw).fit(X, y, w)
+    est = DecisionTreeRegressor(criterion="absolute_error", **kw)
+    est.fit(xp.asarray(X), xp.asarray(y), sample_weight=xp.asarray(w))
+    _assert_same_tree(sk, est, X, xp)
+    got = xp.to_numpy(est.predict(xp.asarray(X)))
+    np.testing.assert_allclose(got, sk.predict(X), rtol=1e-12)
+
+
+def test_absolute_error_unweighted_steps_as_sklearn(xp):
+    """Unweighted, on steps that make every split of a depth-3 tree
+    unambiguous: scikit-learn's tree, including its median of an even number
+    of samples (the mean of the two middle ones)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1, 1, size=(64, 3)).astype(np.float32).astype(np.float64)
+    y = 8.0 * (X[:, 0] > 0) + 3.0 * (X[:, 1] > 0.3) + 0.1 * rng.normal(size=64)
+    sk = SkReg(criterion="absolute_error", max_depth=2).fit(X, y)
+    est = DecisionTreeRegressor(criterion="absolute_error", max_depth=2)
+    est.fit(xp.asarray(X), xp.asarray(y))
+    _assert_same_tree(sk, est, X, xp)
+    assert np.any(sk.tree_.n_node_samples[sk.tree_.children_left < 0] % 2 == 0)
+
+
+@pytest.mark.parametrize(
+    "y,w",
+    [
+        ([1, 2, 3, 4], None),
+        ([1, 2, 3, 4], [1, 2, 2, 1]),
+        ([1, 2, 3, 4], [1, 1, 1, 3]),
+        ([4, 1, 3, 2], [1, 1, 2, 0.5]),
+        ([1, 1, 2, 2], None),
+        ([2, 1, 2, 3], None),
+        ([5.0], None),
+    ],
+)
+def test_absolute_error_leaf_is_sklearns_weighted_median(y, w, xp):
+    """A single leaf: scikit-learn's weighted median (the midpoint when the
+    lower values weigh exactly half) and mean absolute error about it."""
+    y = np.asarray(y, dtype=float)
+    X = np.zeros((len(y), 1))
+    sk = SkReg(criterion="absolute_error").fit(X, y, w)
+    est = DecisionTreeRegressor(criterion="absolute_error")
+    ws = None if w is None else xp.asarray(np.asarray(w, dtype=float))
+    est.fit(xp.asarray(X), xp.asarray(y), sample_weight=ws)
+    assert est.node_count_ == 1
+    assert float(xp.to_numpy(est.tree_value_)[0]) == sk.tree_.value[0, 0, 0]
+    np.testing.assert_allclose(
+        xp.to_numpy(est.tree_impurity_), sk.tree_.impurity, rtol=1e-15
+    )
+
+
+def test_absolute_error_keeps_the_first_of_tied_splits():
+    """scikit-learn's toy (its test_mae): two splits with equal weighted
+    absolute errors up to rounding; the first is kept, as scikit-learn."""
+    X, y = [[3], [5], [3], [8], [5]], [6, 7, 3, 4, 3]
+    est = DecisionTreeRegressor(criterion="absolute_error", max_leaf_nodes=2)
+    est.fit(X, y, sample_weight=[0.6, 0.3, 0.1, 1.0, 0.3])
+    np.testing.assert_allclose(est.tree_impurity_, [2.5 / 2.3, 0.3 / 0.7, 1.2 / 1.6])
+    np.testing.assert_array_equal(est.tree_value_, [4.0, 6.0, 4.0])
+    est.fit(X, y)
+    np.testing.assert_array_equal(est.tree_impurity_, [1.4, 1.5, 4.0 / 3.0])
+    np.testing.assert_array_equal(est.tree_value_, [4.0, 4.5, 4.0])
+
+
+def test_absolute_error_pruning_as_sklearn():
+    """cost_complexity_pruning_path and ccp_alpha with absolute_error: the
+    path of the absolute-error impurities (1e-9 relative) and the pruned
+    tree (weighted data as above)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 4)).astype(np.float32).astype(np.float64)
+    y = X[:, 0] * X[:, 1] + 0.5 * rng.normal(size=120)
+    w = rng.uniform(0.5, 2.0, 120)
+    kw = dict(criterion="absolute_error", min_samples_leaf=3)
+    ref = SkReg(random_state=0, **kw).cost_complexity_pruning_path(X, y, w)
+    got = DecisionTreeRegressor(**kw).cost_complexity_pruning_path(X, y, w)
+    assert len(ref.ccp_alphas) > 5
+    scale = ref.ccp_alphas.max()
+    np.testing.assert_allclose(
+        got.ccp_alphas, ref.ccp_alphas, rtol=1e-9, atol=1e-9 * scale
+    )
+    np.testing.assert_allclose(got.impurities, ref.impurities, rtol=1e-9)
+    a = (ref.ccp_alphas[-3] + ref.ccp_alphas[-2]) / 2
+    sk = SkReg(random_state=0, ccp_alpha=a, **kw).fit(X, y, w)
+    est = DecisionTreeRegressor(ccp_alpha=a, **kw).fit(X, y, w)
+    assert 1 < est.node_count_ == sk.tree_.node_count
+    np.testing.assert_allclose(est.predict(X), sk.predict(X), rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     "Est,Ref", [(DecisionTreeClassifier, SkTree), (DecisionTreeRegressor, SkReg)]
 )
@@ -850,3 +987,12 @@ def test_multi_output_fit_syncs_per_node_block():
             with count_syncs() as c:
                 est.predict(X)
             assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+
+
+def test_absolute_error_with_2d_y_is_refused_clearly():
+    """absolute_error grows single-output trees only: a 2-D y gets an error
+    naming the criterion, the shape and the alternatives."""
+    X = np.arange(20.0).reshape(10, 2)
+    y = np.stack([np.arange(10.0), np.arange(10.0)[::-1]], axis=1)
+    with pytest.raises(ValueError, match=r"absolute_error.*\(10, 2\)"):
+        DecisionTreeRegressor(criterion="absolute_error").fit(X, y)

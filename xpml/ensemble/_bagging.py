@@ -907,7 +907,10 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
     Parameters
     ----------
     n_estimators : int, default=100
-    criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
+    criterion : {"squared_error", "friedman_mse", "variance", "poisson", \
+"absolute_error"}, default="squared_error"
+        As for :class:`~xpml.tree.DecisionTreeRegressor` ("absolute_error":
+        leaves predict their weighted median).
     max_features : int, float, {"sqrt", "log2"} or None, default=1.0
         Features per node: all of them by default, as scikit-learn (Breiman's
         rule for regression, ``d/3``, is ``max_features=1/3``)."""

@@ -820,7 +820,8 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
     ----------
     splitter : {"best", "random"}, default="best"
         As for :class:`DecisionTreeClassifier`.
-    criterion : {"squared_error", "friedman_mse", "variance"}, default="squared_error"
+    criterion : {"squared_error", "friedman_mse", "variance", "poisson", \
+"absolute_error"}, default="squared_error"
         "squared_error" and "variance" name the same impurity, the weighted
         variance of ``y`` in a node. "friedman_mse" (scikit-learn's) ranks splits
         by Friedman's improvement ``w_L w_R (ȳ_L − ȳ_R)² / (w_L + w_R)``, which
@@ -829,7 +830,10 @@ class DecisionTreeRegressor(RegressorMixin, _BaseDecisionTree):
         maps it to "squared_error" too. "poisson" (scikit-learn's): the half
         Poisson deviance ``Σ w (y log(y/ȳ) − y + ȳ) / W``, for targets
         ``y >= 0`` with a positive sum; a split leaving a child of mean 0 is
-        not taken.
+        not taken. "absolute_error" (scikit-learn's): the impurity is
+        ``Σ w |y − m| / W`` with ``m`` the node's weighted median, which is
+        also its prediction (scikit-learn's median: the mean of the two
+        middle values when the weight below them is exactly half).
     max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, \
 min_impurity_decrease, \
 max_features, random_state, max_leaf_nodes, ccp_alpha
@@ -842,8 +846,8 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     n_outputs_ : int
         Columns of ``y`` (1 for a 1-D ``y`` or one column, as scikit-learn).
     tree_value_ : array (node_count,), or (node_count, n_outputs, 1)
-        Weighted mean of ``y`` in each node (per output, in scikit-learn's
-        layout, for a 2-D ``y``).
+        Weighted mean of ``y`` in each node (weighted median for
+        "absolute_error"; per output, in scikit-learn's layout, for a 2-D ``y``).
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
@@ -852,7 +856,9 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     -----
     The split maximises ``S_L²/W_L + S_R²/W_R`` with ``S`` cumulative weighted
     sums of ``y − ȳ_node`` along the sorted feature, i.e. minimises the children's
-    summed squared error.
+    summed squared error. With "absolute_error" it minimises the children's
+    summed ``Σ w |y − median|``, from the weighted medians of every prefix and
+    suffix of the sorted rows (:mod:`xpml.tree._median`).
 
     Multi-output ``y`` (n, n_outputs), scikit-learn's meaning: the impurity is
     the mean of the outputs' (weighted) variances or Poisson deviances, the
@@ -871,7 +877,11 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
     """
 
     _parameter_constraints = {
-        "criterion": [Options("squared_error", "friedman_mse", "variance", "poisson")],
+        "criterion": [
+            Options(
+                "squared_error", "friedman_mse", "variance", "poisson", "absolute_error"
+            )
+        ],
         **_BaseDecisionTree._common_constraints,
     }
     _xpml_tags = {"multi_output": True}
@@ -915,12 +925,18 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         self.n_outputs_ = int(y.shape[1]) if multi else 1
         if self.criterion == "poisson":
             _check_poisson_targets(y, ctx.xp)
+        if multi and self.criterion == "absolute_error":
+            raise ValueError(
+                "criterion='absolute_error' takes a 1-D y in xpml; got y of shape "
+                f"{tuple(y.shape)}. Fit one tree per output, or use "
+                "criterion='squared_error' for a multi-output tree."
+            )
         self._fit_arrays(ctx, X, y, sw, 0)
         return self._fitted(ctx)
 
     def predict(self, X: ArrayLike) -> Array:
-        """Mean training target of the leaf each row reaches; (n, n_outputs)
-        for a multi-output tree."""
+        """Mean (median for "absolute_error") training target of the leaf each
+        row reaches; (n, n_outputs) for a multi-output tree."""
         ctx, X = self._validate_predict_data(X)
         v = self._leaf_values(ctx, X)
         if _n_outputs(self) > 1:

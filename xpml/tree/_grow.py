@@ -10,7 +10,9 @@ blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
    axis);
 3. ``cumulative_sum`` along the sorted order gives the left child's weighted
    class counts (or weighted sums of ``y``) at every threshold; the right
-   child's follow by subtraction from the total;
+   child's follow by subtraction from the total (absolute error: the weighted
+   median and absolute error of every prefix and suffix, from a walk over
+   the nodes' ``y`` ranks, :mod:`xpml.tree._median`);
 4. the criterion is scored at every position between *distinct* neighbouring
    values, for all features in one array pass, and ``argmax`` picks the best
    ``(feature, threshold)`` of each node;
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import to_numpy
+from xpml.tree._median import median_of, range_abs_errors, rank_rows
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -68,13 +71,16 @@ _LIVE_WORK_ARRAYS = 16
 # elements of one work array per chunk of features on a host library: about
 # half a megabyte of float64, so the split search's array passes run in cache
 _HOST_WORK_ELEMENTS = 1 << 16
+# the absolute-error search holds about this many times more (nodes, features,
+# L)-sized arrays (the median walk's queries, cumulative sums and partitions)
+_ABS_ERROR_WORK_FACTOR = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class GrowParams:
     """Stopping rules and criterion of one growth (already resolved to numbers)."""
 
-    criterion: str  # "gini", "entropy", "squared_error" or "poisson"
+    criterion: str  # "gini", "entropy", "squared_error", "poisson", "absolute_error"
     n_classes: int  # 0 for regression
     max_depth: int
     min_samples_split: int
@@ -272,6 +278,8 @@ class _Entries:
     u: Any = None  # (nb, d) uniforms of the random splitter, or None
     chan: Any = None  # (C, nb·L) per-entry channels of the split search
     mw: Any = None  # (nb,) least weight of a child (min_weight_leaf), or None
+    yrank: Any = None  # (nb, L) rank of each entry's y in its node (absolute error)
+    ysorted: Any = None  # (nb, L) each node's y in rank order (absolute error)
 
 
 # ------------------------------------------------------------------- growth
@@ -329,6 +337,9 @@ def _start(X, y, params, rngs, budget, *, xp):
         y = xp.concat([y, xp.zeros(1, dtype=y.dtype, device=dev)])
     K = params.n_classes
     subset = min(params.max_features, d) < d
+    budget = work_elements(X.dtype, xp) if budget is None else int(budget)
+    if params.criterion == "absolute_error":
+        budget = max(1, budget // _ABS_ERROR_WORK_FACTOR)
     return _Growth(
         Xflat=Xflat,
         y=y,
@@ -339,7 +350,7 @@ def _start(X, y, params, rngs, budget, *, xp):
         W_root=np.zeros(0),
         W_dev=None,
         rngs=rngs,
-        budget=work_elements(X.dtype, xp) if budget is None else int(budget),
+        budget=budget,
         stats={"node_blocks": 0, "redraws": 0},
         xp=xp,
     )
@@ -363,6 +374,9 @@ def _root_stats(g, samp, sampw, starts, ends):
             mu = xp.sum(w * ys) / tw
             if g.params.criterion == "poisson":  # half Poisson deviance
                 imp = xp.sum(w * _xlogx(ys, xp)) / tw - _xlogx(mu, xp)
+            elif g.params.criterion == "absolute_error":  # [median, MAE]
+                mu, imp = _root_abs_error(ys, w, mu, xp)
+                imp = imp / tw
             else:
                 imp = xp.sum(w * (ys - mu) ** 2) / tw
             rows.append(xp.stack([tw, mu, imp]))
@@ -372,6 +386,18 @@ def _root_stats(g, samp, sampw, starts, ends):
     if K:
         return h, h.sum(axis=1)
     return h[:, 1:], h[:, 0].copy()
+
+
+def _root_abs_error(ys, w, mu, xp):
+    """A root's weighted median (scikit-learn's) and ``Σ w |y − median|``
+    (computed on ``y − mu``, ``mu`` the weighted mean: no cancellation)."""
+    n = int(ys.shape[0])
+    rank, ybr = rank_rows(ys[None, :], xp=xp)
+    lo = xp.zeros((1, 1, 1), dtype=rank.dtype, device=device(rank))
+    sae, t, t_hi = range_abs_errors(
+        rank[:, None, :], w[None, None, :], ybr - mu, lo, lo + n, xp=xp, midpoint=True
+    )
+    return median_of(ybr, t, t_hi, xp=xp)[0, 0, 0], sae[0, 0, 0]
 
 
 def _grow_roots(g, samp, sampw, root_lens):
@@ -470,6 +496,8 @@ def _block_round(g, level, blk, F, U):
     cols += [] if U is None else [U]
     aux = xp.asarray(np.concatenate(cols, axis=1).astype(np.int64), device=dev)
     ent = _gather_block(g, level, aux, blk.L, blk.ids)
+    if g.params.criterion == "absolute_error":
+        ent = _rank_targets(g, ent)
     ent = dataclasses.replace(ent, chan=_channels(g, ent))
     if weighed:  # each child's least weight: a fraction of its tree's weight
         tree = aux[:, 2 + (0 if F is None else g.m)]
@@ -633,6 +661,8 @@ def _channels(g, ent):
     else:
         yc = xp.reshape(ys, (nb, L)) - ent.mean[:, None]
         rows = [ws, ws * xp.reshape(yc, (-1,))]
+        if ent.yrank is not None:  # exact as a float below 2^24 entries per node
+            rows.append(xp.astype(xp.reshape(ent.yrank, (-1,)), ws.dtype))
     return xp.stack(rows)
 
 
@@ -712,6 +742,64 @@ def _poisson_scores(g, s, wlr):
     return xp.where((ml > EPSILON) & (mr > EPSILON), score, ninf)
 
 
+def _rank_targets(g, ent):
+    """The block's entries with each node's ``y`` ranks and sorted ``y``
+    (padding entries rank among them with weight 0)."""
+    xp = g.xp
+    nb, L = ent.sids.shape
+    ys = xp.reshape(xp.take(g.y, xp.reshape(ent.sids, (-1,))), (nb, L))
+    yrank, ysorted = rank_rows(ys, xp=xp)
+    return dataclasses.replace(ent, yrank=yrank, ysorted=ysorted)
+
+
+def _abs_error_scores(g, ent, chans):
+    """Absolute-error proxy (maximised, scikit-learn's): −(SAE_L + SAE_R) with
+    ``SAE = Σ w |y − median|`` of each child, for every prefix and suffix of
+    the sorted rows at once (:mod:`xpml.tree._median`; ``y`` centred per node)."""
+    xp = g.xp
+    _, nb, f, L = (int(n) for n in chans.shape)
+    rank = xp.astype(chans[2, ...], ent.yrank.dtype)
+    k = xp.arange(L, dtype=rank.dtype, device=device(rank))
+    lo = xp.broadcast_to(xp.concat([xp.zeros_like(k), k + 1]), (nb, f, 2 * L))
+    hi = xp.broadcast_to(xp.concat([k + 1, xp.full_like(k, L)]), (nb, f, 2 * L))
+    yc = ent.ysorted - ent.mean[:, None]
+    sae, _, _ = range_abs_errors(rank, chans[0, ...], yc, lo, hi, xp=xp)
+    # splits whose errors agree to 2^-32 of the node's are ties (exact ties are
+    # common and rounding would pick among them): the first is kept, as
+    # scikit-learn keeps the first of equal errors
+    q = sae[..., L - 1 : L] * 2.0**-32  # the whole node: the last prefix
+    q = xp.where(q > 0, q, xp.ones_like(q))
+    return -xp.round((sae[..., :L] + sae[..., L:]) / q) * q
+
+
+def _abs_error_children(g, ent, flat, rw, p):
+    """Both children's weights, scikit-learn medians and ``Σ w |y − median|``
+    (nb, 6): ``[W_L, median_L, SAE_L, W, median_R, SAE_R]``; ``flat`` sorts the
+    block's entries along the chosen features, the left child holds ``0..p``."""
+    xp = g.xp
+    nb, L = rw.shape
+    rank = xp.reshape(xp.take(xp.reshape(ent.yrank, (-1,)), flat), (nb, 1, L))
+    p1 = xp.reshape(xp.astype(p, rank.dtype) + 1, (nb, 1, 1))
+    lo = xp.concat([xp.zeros_like(p1), p1], axis=-1)
+    hi = xp.concat([p1, xp.full_like(p1, L)], axis=-1)
+    yc = ent.ysorted - ent.mean[:, None]
+    sae, t, t_hi = range_abs_errors(
+        rank, rw[:, None, :], yc, lo, hi, xp=xp, midpoint=True
+    )
+    med = median_of(ent.ysorted, t, t_hi, xp=xp)  # raw y: scikit-learn's values
+    pos = xp.arange(L, dtype=rank.dtype, device=device(rank))
+    wl = xp.sum(xp.where(pos[None, :] < p1[:, 0, :], rw, xp.zeros_like(rw)), axis=1)
+    cols = [
+        wl,
+        med[:, 0, 0],
+        sae[:, 0, 0],
+        xp.sum(rw, axis=1),
+        med[:, 0, 1],
+        sae[:, 0, 1],
+    ]
+    return xp.stack(cols, axis=1)
+
+
 def _search(g, ent, F, vals):
     """Best split among features ``F`` (nb, f) for a block of nb nodes.
 
@@ -730,6 +818,8 @@ def _search(g, ent, F, vals):
         score = _class_scores(g, cum[1:, ...], (wl, wr))
     elif g.params.criterion == "poisson":
         score = _poisson_scores(g, cum[1, ...] + wl * ent.mean[:, None, None], (wl, wr))
+    elif g.params.criterion == "absolute_error":
+        score = _abs_error_scores(g, ent, chans)
     else:
         score = _sse_scores(g, cum[1, ...], (wl, wr))
     if ent.mw is not None:
@@ -821,6 +911,8 @@ def _children_stats(g, ent, feat, p):
         cl = xp.sum(oh * rwl[:, :, None], axis=1)
         ct = xp.sum(oh * rw[:, :, None], axis=1)
         return rs, rw, [cl, ct]
+    if params.criterion == "absolute_error":
+        return rs, rw, [_abs_error_children(g, ent, flat, rw, p)]
     yc = ys - ent.mean[:, None]
     # the Poisson criterion needs Σ w y log y where squared error needs Σ w yc²
     sq = _xlogx(ys, xp) if params.criterion == "poisson" else yc * yc
@@ -891,6 +983,12 @@ def _child_stats_host(h, K, node_mean, criterion="squared_error"):
         cl, ct = h[:, :K], h[:, K : 2 * K]
         cr = np.maximum(ct - cl, 0.0)
         return cl, cr, cl.sum(1), cr.sum(1)
+    if criterion == "absolute_error":  # [W_L, median_L, SAE_L, W, median_R, SAE_R]
+        w_l, m_l, e_l, w_t, m_r, e_r = h[:, :6].T
+        w_r = w_t - w_l
+        left = np.stack([m_l, e_l / np.where(w_l > 0, w_l, 1.0)], 1)
+        right = np.stack([m_r, e_r / np.where(w_r > 0, w_r, 1.0)], 1)
+        return left, right, w_l, w_r
     w_l, s1l, s2l, w_t, s1t, s2t = h[:, :6].T
     out = []
     for w, s1, s2 in ((w_l, s1l, s2l), (w_t - w_l, s1t - s1l, s2t - s2l)):
