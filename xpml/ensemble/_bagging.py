@@ -31,7 +31,12 @@ from xpml.tree._grow import grow
 from xpml.tree._stack import cached_stack, stack_trees
 from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval
-from xpml.utils.validation import check_is_fitted, check_random_state, decode_labels
+from xpml.utils.validation import (
+    AllowNaN,
+    check_is_fitted,
+    check_random_state,
+    decode_labels,
+)
 
 __all__ = [
     "BaggingClassifier",
@@ -81,6 +86,7 @@ class _Job:
     K: int
     seeds: np.ndarray
     draws: list  # (bootstrap counts, generator continuing the member's stream)
+    missing: bool = False  # X holds NaN (forests take missing values)
 
     @property
     def counts(self):
@@ -148,8 +154,13 @@ class _BaseBagging(Members, BaseEstimator):
         ``Pipeline``) is fitted on the drawn rows, repeats included.
         """
         clf = isinstance(self, ClassifierMixin)
+        nan = self._finite_check()
         ctx, X, y, sw = self._validate_fit_data(
-            X, y, sample_weight, target="classes" if clf else "continuous"
+            X,
+            y,
+            sample_weight,
+            target="classes" if clf else "continuous",
+            ensure_finite=nan,
         )
         if self.oob_score and not self.bootstrap:
             raise ValueError(
@@ -167,7 +178,8 @@ class _BaseBagging(Members, BaseEstimator):
         draws = [
             _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
         ]
-        job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
+        missing = nan is not True and nan.found
+        job = _Job(Training(ctx, X, y), sw, K, seeds, draws, missing)
         self._draws = {
             "seeds": [int(s) for s in seeds],
             "n": n,
@@ -178,8 +190,21 @@ class _BaseBagging(Members, BaseEstimator):
         new = self._fit_new(job, kept, sample_weight)
         self.estimators_ = kept + new
         if self.oob_score and (new or not hasattr(self, "oob_score_")):
-            self._set_oob(X, y, job.counts == 0, ctx, K)
+            self._set_oob(X, y, job.counts == 0, ctx, K, missing=missing)
         return self._fitted(ctx)
+
+    def _finite_check(self):
+        """``ensure_finite`` of the validation: forests take NaN (missing
+        values, routed by their trees), other ensembles refuse it."""
+        if self._xpml_tags.get("allow_nan", False):
+            return AllowNaN(type(self).__name__)
+        return True
+
+    def _predict_data(self, X):
+        """Validated ``X`` for prediction, and whether it holds NaN."""
+        nan = self._finite_check()
+        ctx, X = self._validate_predict_data(X, ensure_finite=nan)
+        return ctx, X, nan is not True and nan.found
 
     def _kept_members(self):
         """``warm_start``: the members of the previous fit, kept (scikit-learn's
@@ -253,7 +278,9 @@ class _BaseBagging(Members, BaseEstimator):
             )
             lens = np.asarray([len(z) for z in nz])
             rngs = [r for _, r in job.draws[a:b]]
-            return grow(X, y, ids, w, lens, params=params, xp=xp, rngs=rngs)
+            return grow(
+                X, y, ids, w, lens, params=params, xp=xp, rngs=rngs, missing=job.missing
+            )
 
         weights = [b - a for a, b in groups]
         res = parallel_map(
@@ -365,9 +392,10 @@ class _BaseBagging(Members, BaseEstimator):
         return array_namespace(v).asarray(imp, dtype=v.dtype, device=device(v))
 
     # ------------------------------------------------------------ averaging
-    def _member_sum(self, X, ctx, K, mask=None):
+    def _member_sum(self, X, ctx, K, mask=None, missing=False):
         """Σ_t mask[t, i] · output of member t at row i (probabilities or
-        predictions); also returns Σ_t mask[t, i]."""
+        predictions); also returns Σ_t mask[t, i]. ``missing``: ``X`` holds
+        NaN (forests only)."""
         xp = ctx.xp
         n = int(X.shape[0])
         members = self.estimators_
@@ -375,7 +403,7 @@ class _BaseBagging(Members, BaseEstimator):
         subsets = getattr(self, "_subsets", False)
         if not subsets and all(isinstance(m, _BaseDecisionTree) for m in members):
             stack = cached_stack(self, members, ctx)
-            for a, rows in stack.chunks(X, xp=xp):
+            for a, rows in stack.chunks(X, xp=xp, missing=missing):
                 if mask is not None:
                     mk = xp.asarray(
                         mask[a : a + int(rows.shape[0])],
@@ -398,9 +426,9 @@ class _BaseBagging(Members, BaseEstimator):
         count = np.full(n, len(members)) if mask is None else mask.sum(axis=0)
         return total, count
 
-    def _set_oob(self, X, y, oob, ctx, K):
+    def _set_oob(self, X, y, oob, ctx, K, *, missing=False):
         xp = ctx.xp
-        total, count = self._member_sum(X, ctx, K, mask=oob)
+        total, count = self._member_sum(X, ctx, K, mask=oob, missing=missing)
         has = count > 0
         cnt = xp.asarray(np.where(has, count, 1), dtype=X.dtype, device=ctx.device)
         nan = xp.asarray(np.where(has, 0.0, np.nan), dtype=X.dtype, device=ctx.device)
@@ -438,24 +466,24 @@ class _BaggingClassifierMixin(ClassifierMixin):
 
     def predict_proba(self, X: ArrayLike) -> Array:
         """Mean of the members' class probabilities, shape (n, K)."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         K = int(self.classes_.shape[0])
-        total, count = self._member_sum(X, ctx, K)
+        total, count = self._member_sum(X, ctx, K, missing=missing)
         return ctx.out(total / len(self.estimators_))
 
     def predict(self, X: ArrayLike) -> Array:
         """The class with the largest mean probability."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         K = int(self.classes_.shape[0])
-        total, _ = self._member_sum(X, ctx, K)
+        total, _ = self._member_sum(X, ctx, K, missing=missing)
         return decode_labels(self.classes_, ctx.xp.argmax(total, axis=1), ctx)
 
 
 class _BaggingRegressorMixin(RegressorMixin):
     def predict(self, X: ArrayLike) -> Array:
         """Mean of the members' predictions."""
-        ctx, X = self._validate_predict_data(X)
-        total, _ = self._member_sum(X, ctx, 0)
+        ctx, X, missing = self._predict_data(X)
+        total, _ = self._member_sum(X, ctx, 0, missing=missing)
         return ctx.out(total / len(self.estimators_))
 
 
@@ -688,10 +716,10 @@ class _ForestMixin:
         """Leaf reached by every row of ``X`` in every tree, in each tree's own
         node numbering (as ``estimators_[t].apply``): shape (n, n_estimators).
         All trees are walked at once on the stack kept for prediction."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         xp = ctx.xp
         stack = cached_stack(self, self.estimators_, ctx)
-        leaves = stack.leaves(X, xp=xp) - stack.table.roots[:, None]
+        leaves = stack.leaves(X, xp=xp, missing=missing) - stack.table.roots[:, None]
         return ctx.out(xp.permute_dims(leaves, (1, 0)))
 
 
@@ -718,6 +746,13 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
     feature_importances_ : array (d,)
     oob_score_ : float
     oob_decision_function_ : array (n, K)
+
+    Notes
+    -----
+    Missing values: ``X`` may hold NaN (not infinity) at fit and predict;
+    each tree learns where they go at every split, as
+    :class:`~xpml.tree.DecisionTreeClassifier` (scikit-learn's rule). The
+    feature subsets are drawn over the ``d`` real features.
 
     References
     ----------
@@ -748,7 +783,7 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
             None,
         ],
     }
-    _xpml_tags = BaggingClassifier._xpml_tags
+    _xpml_tags = {**BaggingClassifier._xpml_tags, "allow_nan": True}
 
     def __init__(
         self,
@@ -813,6 +848,10 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
     oob_score_ : float
     oob_prediction_ : array (n,)
 
+    Notes
+    -----
+    Missing values (NaN in ``X``) as for :class:`RandomForestClassifier`.
+
     Examples
     --------
     >>> import numpy as np
@@ -838,7 +877,7 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
             None,
         ],
     }
-    _xpml_tags = BaggingRegressor._xpml_tags
+    _xpml_tags = {**BaggingRegressor._xpml_tags, "allow_nan": True}
 
     def __init__(
         self,
