@@ -36,6 +36,7 @@ from xpml.utils.validation import (
     check_is_fitted,
     check_random_state,
     decode_labels,
+    is_sparse,
 )
 
 __all__ = [
@@ -154,7 +155,7 @@ class _BaseBagging(Members, BaseEstimator):
         ``Pipeline``) is fitted on the drawn rows, repeats included.
         """
         clf = isinstance(self, ClassifierMixin)
-        nan = self._finite_check()
+        nan = self._finite_check(X)
         ctx, X, y, sw = self._validate_fit_data(
             X,
             y,
@@ -193,16 +194,17 @@ class _BaseBagging(Members, BaseEstimator):
             self._set_oob(X, y, job.counts == 0, ctx, K, missing=missing)
         return self._fitted(ctx)
 
-    def _finite_check(self):
+    def _finite_check(self, X):
         """``ensure_finite`` of the validation: forests take NaN (missing
-        values, routed by their trees), other ensembles refuse it."""
-        if self._xpml_tags.get("allow_nan", False):
+        values, routed by their trees) in dense ``X``, other ensembles
+        refuse it."""
+        if self._xpml_tags.get("allow_nan", False) and not is_sparse(X):
             return AllowNaN(type(self).__name__)
         return True
 
     def _predict_data(self, X):
         """Validated ``X`` for prediction, and whether it holds NaN."""
-        nan = self._finite_check()
+        nan = self._finite_check(X)
         ctx, X = self._validate_predict_data(X, ensure_finite=nan)
         return ctx, X, nan is not True and nan.found
 

@@ -24,11 +24,19 @@ from xpml.utils.validation import (
     check_random_state,
     check_targets,
     decode_labels,
+    is_sparse,
 )
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
 
 _TREE_ARRAYS = TREE_ARRAYS
+
+
+def _allow_nan(est, X):
+    """``ensure_finite`` of a tree's validation: NaN (missing values) is
+    accepted in dense ``X``; SciPy sparse ``X`` stays finite-only, as in
+    scikit-learn."""
+    return True if is_sparse(X) else AllowNaN(type(est).__name__)
 
 
 def _resolve_count(v, n, lo):
@@ -109,18 +117,18 @@ class _BaseDecisionTree(BaseEstimator):
     def _fit_data(self, X, y, sample_weight, target):
         """:meth:`_validate_fit_data` accepting NaN in ``X`` (not infinity);
         also returns whether ``X`` holds NaN (the same one host sync)."""
-        nan = AllowNaN(type(self).__name__)
+        nan = _allow_nan(self, X)
         ctx, X, y, sw = self._validate_fit_data(
             X, y, sample_weight, target=target, ensure_finite=nan
         )
-        return ctx, X, y, sw, nan.found
+        return ctx, X, y, sw, nan is not True and nan.found
 
     def _predict_data(self, X):
         """:meth:`_validate_predict_data` accepting NaN in ``X``; also returns
         whether ``X`` holds NaN."""
-        nan = AllowNaN(type(self).__name__)
+        nan = _allow_nan(self, X)
         ctx, X = self._validate_predict_data(X, ensure_finite=nan)
-        return ctx, X, nan.found
+        return ctx, X, nan is not True and nan.found
 
     def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None, missing=False):
         """Grow the tree from validated arrays (``y`` codes or floats) on the
@@ -311,7 +319,7 @@ class _BaseDecisionTree(BaseEstimator):
 
         check_is_fitted(self)
         ctx, X, yv = self._validation_data(X_val, y_val)
-        nan = AllowNaN(type(self).__name__)
+        nan = _allow_nan(self, X)
         X = check_array(
             X, xp=ctx.xp, name="X_val", requested=ctx.dtype, ensure_finite=nan
         )

@@ -661,6 +661,9 @@ def _class_scores(g, cum, wlr):
     if params.criterion == "gini":
         one = xp.ones_like(wl)
         return acc_l / xp.where(wl > 0, wl, one) + acc_r / xp.where(wr > 0, wr, one)
+    if g.missing:  # each child's terms together: the mirrored placements of
+        # the missing values score exactly equal (the right one wins, as scikit-learn)
+        return (acc_l - _xlogx(wl, xp)) + (acc_r - _xlogx(wr, xp))
     return acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
 
 
