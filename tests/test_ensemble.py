@@ -608,3 +608,64 @@ def test_absolute_error_forest_as_sklearn(xp):
     ours = RandomForestRegressor(**boot).fit(X[:200], y[:200])
     r2, r2_ref = ours.score(X[200:], y[200:]), ref.score(X[200:], y[200:])
     assert r2 > 0.5 and abs(r2 - r2_ref) <= 0.06, (r2, r2_ref)
+
+
+# ------------------------------------------------------------ missing values
+def _nan_problem(seed, n, frac=0.2):
+    """An easy problem (two informative of four features) with NaN at
+    ``frac`` of the entries of X."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    yr = 2 * X[:, 0] - X[:, 1] + 0.2 * rng.normal(size=n)
+    X[rng.random(X.shape) < frac] = np.nan
+    return X, (yr > 0).astype(np.int64), yr
+
+
+def test_forests_with_missing_values_close_to_sklearn(xp):
+    """20% NaN in X at fit and predict: RandomForestClassifier's test accuracy
+    within 4 points of scikit-learn's (20 trees each, 300 training and 300
+    test points; seeds 0-3 gave differences up to 1.3 points), the two agree
+    on at least 88% of the test points (seen: 92-95%); RandomForestRegressor's
+    test R² within 0.05 of scikit-learn's (seen: up to 0.02); apply is each
+    tree's own leaf, NaN rows included; out-of-bag scores are computed."""
+    from sklearn.metrics import r2_score
+
+    X, yc, yr = _nan_problem(0, 300)
+    Xt, yct, yrt = _nan_problem(1, 300)
+    sk = SkForest(n_estimators=20, random_state=0).fit(X, yc)
+    rf = RandomForestClassifier(n_estimators=20, random_state=0, oob_score=True)
+    rf.fit(xp.asarray(X), xp.asarray(yc))
+    ours = xp.to_numpy(rf.predict(xp.asarray(Xt)))
+    ref = sk.predict(Xt)
+    assert abs(np.mean(ours == yct) - np.mean(ref == yct)) <= 0.04
+    assert np.mean(ours == ref) >= 0.88
+    assert 0.7 < rf.oob_score_ <= 1.0
+    assert rf.oob_decision_function_.shape == (300, 2)
+    leaves = xp.to_numpy(rf.apply(xp.asarray(Xt[:50])))
+    for t in (0, 7):
+        member = rf.estimators_[t].apply(xp.asarray(Xt[:50]))
+        np.testing.assert_array_equal(leaves[:, t], xp.to_numpy(member))
+    skr = SkForestReg(n_estimators=20, random_state=0).fit(X, yr)
+    rr = RandomForestRegressor(n_estimators=20, random_state=0)
+    rr.fit(xp.asarray(X), xp.asarray(yr))
+    got = r2_score(yrt, xp.to_numpy(rr.predict(xp.asarray(Xt))))
+    assert abs(got - r2_score(yrt, skr.predict(Xt))) <= 0.05
+    assert got > 0.5
+
+
+def test_forests_refuse_inf_and_other_ensembles_refuse_nan():
+    """Infinity is refused by forests (NaN is not); bagging keeps refusing
+    NaN as every estimator without missing-value support."""
+    X, yc, _ = _nan_problem(2, 80)
+    Xi = np.nan_to_num(X, nan=0.0)
+    Xi[5, 2] = -np.inf
+    with pytest.raises(ValueError, match="X contains infinity.*not infinity"):
+        RandomForestClassifier(n_estimators=3).fit(Xi, yc)
+    rf = RandomForestRegressor(n_estimators=3, random_state=0).fit(X, yc * 1.0)
+    with pytest.raises(ValueError, match="X contains infinity"):
+        rf.predict(Xi)
+    assert np.all(np.isfinite(rf.predict(X)))
+    with pytest.raises(ValueError, match="NaN"):
+        BaggingClassifier(n_estimators=3).fit(X, yc)
+    with pytest.raises(ValueError, match="NaN"):
+        AdaBoostClassifier(n_estimators=3).fit(X, yc)

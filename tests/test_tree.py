@@ -996,3 +996,284 @@ def test_absolute_error_with_2d_y_is_refused_clearly():
     y = np.stack([np.arange(10.0), np.arange(10.0)[::-1]], axis=1)
     with pytest.raises(ValueError, match=r"absolute_error.*\(10, 2\)"):
         DecisionTreeRegressor(criterion="absolute_error").fit(X, y)
+
+
+# ------------------------------------------------------------ missing values
+def _missing_data(seed, n=120, frac=0.2, d=3):
+    """Distinct multiples of 1/8 per feature (float32-exact, as scikit-learn
+    stores X, so thresholds compare to 1e-12), NaN at ``frac`` of the
+    entries; a classification and a regression target that use the
+    missingness too."""
+    rng = np.random.default_rng(seed)
+    X = np.stack([rng.permutation(n) / 8.0 for _ in range(d)], axis=1)
+    score = X[:, 0] - 0.5 * X[:, 1]
+    nan = rng.random(X.shape) < frac
+    X[nan] = np.nan
+    score = np.where(nan[:, 0], 4.0, score) + 2.0 * nan[:, 1]
+    yc = (score > np.median(score)).astype(np.int64)
+    yr = score + 0.25 * rng.normal(size=n)
+    return X, yc, yr
+
+
+def _same_tree(est, sk, xp):
+    """Walk xpml's (breadth-first numbered) and scikit-learn's (depth-first)
+    trees together: same node counts, values (1e-12), split features,
+    thresholds (1e-12) and missing-value directions at every node."""
+    t = {
+        k: xp.to_numpy(getattr(est.tree_, k))
+        for k in (
+            "feature",
+            "threshold",
+            "children_left",
+            "children_right",
+            "missing_go_to_left",
+            "n_node_samples",
+            "value",
+        )
+    }
+    s = sk.tree_
+    assert est.node_count_ == s.node_count
+    value = t["value"].reshape(est.node_count_, -1)
+    sv = s.value.reshape(s.node_count, -1)
+    stack = [(0, 0)]
+    while stack:
+        a, b = stack.pop()
+        assert t["n_node_samples"][a] == s.n_node_samples[b]
+        np.testing.assert_allclose(value[a], sv[b], rtol=1e-12, atol=1e-12)
+        assert (t["children_left"][a] < 0) == (s.children_left[b] < 0)
+        if s.children_left[b] < 0:
+            continue
+        assert t["feature"][a] == s.feature[b]
+        np.testing.assert_allclose(t["threshold"][a], s.threshold[b], atol=1e-12)
+        assert bool(t["missing_go_to_left"][a]) == bool(s.missing_go_to_left[b])
+        stack += [(t["children_left"][a], s.children_left[b])]
+        stack += [(t["children_right"][a], s.children_right[b])]
+
+
+@pytest.mark.parametrize(
+    "Est,Ref", [(DecisionTreeClassifier, SkTree), (DecisionTreeRegressor, SkReg)]
+)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_missing_values_give_sklearns_tree(Est, Ref, weighted, xp):
+    """NaN in X at fit and predict: scikit-learn's tree (see _same_tree:
+    both placements of the missing values scored at every threshold, and the
+    "non-missing | missing" split of threshold +inf) and predictions (1e-12);
+    depth 4 and leaves of 5 keep clear of ties between features (equal
+    partitions of small nodes), that the two libraries break differently."""
+    X, yc, yr = _missing_data(2)
+    y = yc if Est is DecisionTreeClassifier else yr
+    w = np.random.default_rng(1).integers(1, 4, len(y)).astype(float)
+    w = w if weighted else None
+    sk = Ref(max_depth=4, min_samples_leaf=5, random_state=0)
+    sk.fit(X, y, sample_weight=w)
+    est = Est(max_depth=4, min_samples_leaf=5).fit(
+        xp.asarray(X), xp.asarray(y), sample_weight=None if w is None else xp.asarray(w)
+    )
+    _same_tree(est, sk, xp)
+    assert 0 < sk.tree_.missing_go_to_left.sum()  # the test sees both directions
+    Xt, _, _ = _missing_data(5, n=200, frac=0.3)
+    got = est.predict_proba if Est is DecisionTreeClassifier else est.predict
+    ref = sk.predict_proba if Est is DecisionTreeClassifier else sk.predict
+    np.testing.assert_allclose(xp.to_numpy(got(xp.asarray(Xt))), ref(Xt), rtol=1e-12)
+    assert xp.is_native(got(xp.asarray(Xt)))
+
+
+def test_nan_only_at_predict_goes_to_the_larger_child(xp):
+    """A tree fitted without NaN sends a NaN to the child that held more
+    training samples (scikit-learn's rule): the same directions, leaves'
+    values and predictions as scikit-learn's."""
+    X, yc, yr = _missing_data(2, frac=0.0)
+    Xt, _, _ = _missing_data(3, n=200, frac=0.4)
+    for Est, Ref, y in (
+        (DecisionTreeClassifier, SkTree, yc),
+        (DecisionTreeRegressor, SkReg, yr),
+    ):
+        sk = Ref(max_depth=4, random_state=0).fit(X, y)
+        est = Est(max_depth=4).fit(xp.asarray(X), xp.asarray(y))
+        _same_tree(est, sk, xp)
+        got = xp.to_numpy(est.predict(xp.asarray(Xt)))
+        np.testing.assert_allclose(got, sk.predict(Xt), rtol=1e-12)
+        t = est.tree_
+        inner = xp.to_numpy(t.children_left) >= 0
+        n = xp.to_numpy(t.n_node_samples)
+        left = n[xp.to_numpy(t.children_left)[inner]]
+        right = n[xp.to_numpy(t.children_right)[inner]]
+        mgl = xp.to_numpy(t.missing_go_to_left)[inner].astype(bool)
+        np.testing.assert_array_equal(mgl, left > right)
+        assert mgl.any() and not mgl.all()
+
+
+def test_missing_versus_non_missing_split_and_all_nan_features():
+    """The split "non-missing | missing" (threshold +inf, NaN right); a
+    column entirely NaN is never split on; in the node where the other
+    column is all NaN, only the remaining one splits. As scikit-learn."""
+    n = 64
+    x = np.arange(n) / 8.0
+    X = np.stack([x, np.full(n, np.nan), x[::-1].copy()], axis=1)
+    y = np.zeros(n, dtype=np.int64)
+    X[::4, 0] = np.nan
+    y[::4] = 1  # the missingness of column 0 alone decides the class
+    sk = SkTree(random_state=0).fit(X, y)
+    est = DecisionTreeClassifier().fit(X, y)
+    _same_tree(est, sk, _NP)
+    assert est.tree_feature_[0] == 0 and np.isinf(est.tree_threshold_[0])
+    assert est.tree_missing_go_to_left_[0] == 0 and est.node_count_ == 3
+    Xt = np.array([[np.nan, 0.0, 1.0], [1e6, 0.0, 1.0], [-1e6, np.nan, np.nan]])
+    np.testing.assert_array_equal(est.predict(Xt), [1, 0, 0])
+    # column 0 all NaN where column 2 is large: the right child splits on column 2
+    X2 = np.stack([x, np.full(n, np.nan), x[::-1].copy()], axis=1)
+    X2[x > 4, 0] = np.nan
+    y2 = ((x > 2) & (x < 6)).astype(np.int64)
+    sk = SkTree(random_state=0).fit(X2, y2)
+    est = DecisionTreeClassifier().fit(X2, y2)
+    _same_tree(est, sk, _NP)
+    assert 1 not in set(est.tree_feature_.tolist())
+
+
+class _NumpyLib:
+    name = "numpy"
+
+    @staticmethod
+    def to_numpy(a):
+        return np.asarray(a)
+
+
+_NP = _NumpyLib()
+
+
+def test_random_splitter_with_missing_values_routes_them_by_the_flag(xp):
+    """splitter="random" with NaN: the structure follows xpml's own draws
+    (not scikit-learn's generator), the same on every backend; every row,
+    NaN or not, lands in the leaf a walk by (feature, threshold,
+    missing_go_to_left) reaches, the training rows the leaves they were grown
+    in; both directions are drawn."""
+    X, yc, _ = _missing_data(4, n=200, frac=0.3)
+    est = DecisionTreeClassifier(splitter="random", random_state=0)
+    est.fit(xp.asarray(X), xp.asarray(yc))
+    ref = DecisionTreeClassifier(splitter="random", random_state=0).fit(X, yc)
+    t = {
+        k: xp.to_numpy(getattr(est.tree_, k))
+        for k in (
+            "feature",
+            "threshold",
+            "children_left",
+            "children_right",
+            "missing_go_to_left",
+        )
+    }
+    np.testing.assert_array_equal(t["feature"], ref.tree_feature_)
+    np.testing.assert_array_equal(t["missing_go_to_left"], ref.tree_missing_go_to_left_)
+    inner = t["children_left"] >= 0
+    assert 0 < t["missing_go_to_left"][inner].sum() < inner.sum()
+    Xt, _, _ = _missing_data(6, n=150, frac=0.4)
+    want = np.zeros(len(Xt), dtype=np.int64)
+    for i, row in enumerate(Xt):
+        v = 0
+        while t["children_left"][v] >= 0:
+            x = row[t["feature"][v]]
+            go_left = (
+                t["missing_go_to_left"][v] if np.isnan(x) else x <= t["threshold"][v]
+            )
+            v = t["children_left"][v] if go_left else t["children_right"][v]
+        want[i] = v
+    np.testing.assert_array_equal(xp.to_numpy(est.apply(xp.asarray(Xt))), want)
+    # the training rows (NaN included) reach the leaves the growth put them in
+    seen = np.bincount(xp.to_numpy(est.apply(xp.asarray(X))), minlength=len(inner))
+    n = xp.to_numpy(est.tree_.n_node_samples)
+    np.testing.assert_array_equal(seen[~inner], n[~inner])
+
+
+def test_missing_value_routing_fast_path_agrees_with_portable():
+    """The NumPy routing fast path and the portable walk send NaN alike."""
+    from xpml.tree._grow import _route, _route_numpy, routing_table
+
+    X, yc, _ = _missing_data(7, n=300, frac=0.3)
+    t = DecisionTreeClassifier(max_depth=12).fit(X, yc)._host_tree()
+    table = routing_table(
+        t["feature"],
+        t["threshold"],
+        t["children_left"],
+        t["children_right"],
+        [t["max_depth"]],
+        xp=np,
+        missing_left=t["missing_go_to_left"].astype(bool),
+    )
+    a = _route(X, table, xp=np, missing=True, compact_every=2)
+    b = _route_numpy(X, table, xp=np, missing=True, compact_every=2)
+    np.testing.assert_array_equal(a, b)
+    c = _route(X, table, xp=np)  # without the flag NaN always goes left
+    assert (a != c).any()
+
+
+def test_missing_values_accept_nan_refuse_inf(xp):
+    """NaN is accepted in X (fit, predict, prune's X_val); infinity is
+    refused with a message naming X; sample_weight stays finite-only."""
+    X, yc, _ = _missing_data(8)
+    est = DecisionTreeClassifier(max_depth=3).fit(xp.asarray(X), xp.asarray(yc))
+    Xi = np.nan_to_num(X, nan=0.0)
+    Xi[3, 1] = np.inf
+    with pytest.raises(ValueError, match="X contains infinity.*NaN .*but not infinity"):
+        DecisionTreeClassifier().fit(xp.asarray(Xi), xp.asarray(yc))
+    with pytest.raises(ValueError, match="X contains infinity"):
+        est.predict(xp.asarray(-Xi))
+    with pytest.raises(ValueError, match="X_val contains infinity"):
+        est.prune(xp.asarray(Xi), xp.asarray(yc))
+    w = np.ones(len(yc))
+    w[0] = np.nan
+    with pytest.raises(ValueError, match="sample_weight"):
+        DecisionTreeClassifier().fit(X, yc, sample_weight=w)
+    import scipy.sparse as sp  # sparse X stays finite-only, as scikit-learn's
+
+    with pytest.raises(ValueError, match="X contains NaN"):
+        DecisionTreeRegressor().fit(sp.csr_matrix(X), yc * 1.0)
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+def test_mirrored_missing_placements_tie_to_the_right(criterion):
+    """One NaN in each class: sending the missing values left or right
+    scores exactly the same; the right placement wins (scikit-learn searches
+    it first), so a NaN predicts the right child's class."""
+    X = np.array([[1, 2, 3, 5, np.nan, 10, 20, 30, 60, np.nan]]).T
+    y = np.array([0] * 5 + [1] * 5)
+    est = DecisionTreeClassifier(max_depth=1, criterion=criterion).fit(X, y)
+    assert est.tree_missing_go_to_left_[0] == 0
+    Xt = np.array([[np.nan, 2.3, 34.2]]).T
+    np.testing.assert_array_equal(est.predict(Xt), [1, 0, 1])
+
+
+def test_pruning_and_importances_with_missing_values():
+    """With NaN in X: cost_complexity_pruning_path, ccp_alpha,
+    max_leaf_nodes and feature_importances_ as scikit-learn's (1e-9 / 1e-12);
+    prune never raises the validation error."""
+    X, _, yr = _missing_data(9, n=160)
+    sk = SkReg(random_state=0, min_samples_leaf=4)
+    est = DecisionTreeRegressor(min_samples_leaf=4)
+    a, b = (
+        sk.cost_complexity_pruning_path(X, yr),
+        est.cost_complexity_pruning_path(X, yr),
+    )
+    np.testing.assert_allclose(b.impurities, a.impurities, rtol=1e-9)
+    np.testing.assert_allclose(b.ccp_alphas, a.ccp_alphas, rtol=1e-9, atol=1e-12)
+    mid = (a.ccp_alphas[-4] + a.ccp_alphas[-3]) / 2
+    for kw in (dict(ccp_alpha=mid), dict(max_leaf_nodes=6), dict(max_depth=3)):
+        s = SkReg(random_state=0, min_samples_leaf=4, **kw).fit(X, yr)
+        e = DecisionTreeRegressor(min_samples_leaf=4, **kw).fit(X, yr)
+        _same_tree(e, s, _NP)
+        np.testing.assert_allclose(
+            e.feature_importances_, s.feature_importances_, rtol=1e-12, atol=1e-15
+        )
+    Xv, _, yv = _missing_data(10, n=100)
+    full = DecisionTreeRegressor().fit(X, yr)
+    before = np.sum((full.predict(Xv) - yv) ** 2)
+    full.prune(Xv, yv)
+    assert full.n_pruned_nodes_ > 0
+    assert np.sum((full.predict(Xv) - yv) ** 2) <= before + 1e-9
+
+
+def test_absolute_error_with_missing_values_is_refused_clearly():
+    """absolute_error does not take NaN in X (the other criteria do): the
+    error names the criterion and what to do."""
+    X = np.arange(20.0).reshape(10, 2)
+    X[3, 0] = np.nan
+    with pytest.raises(ValueError, match="absolute_error.*missing values"):
+        DecisionTreeRegressor(criterion="absolute_error").fit(X, np.arange(10.0))

@@ -341,7 +341,7 @@ class BaseEstimator(Persistable):
             input_tags=InputTags(
                 pairwise=bool(t.get("pairwise", False)),
                 positive_only=t.get("positive_only", False),
-                allow_nan=False,
+                allow_nan=bool(t.get("allow_nan", False)),
                 sparse=bool(getattr(self, "_accepts_sparse", True)),
             ),
             non_deterministic=t.get("non_deterministic", False),

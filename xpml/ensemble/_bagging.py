@@ -32,10 +32,12 @@ from xpml.tree._stack import cached_stack, stack_trees
 from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import (
+    AllowNaN,
     check_is_fitted,
     check_random_state,
     decode_labels,
     is_multi_output,
+    is_sparse,
 )
 
 __all__ = [
@@ -86,6 +88,7 @@ class _Job:
     K: int
     seeds: np.ndarray
     draws: list  # (bootstrap counts, generator continuing the member's stream)
+    missing: bool = False  # X holds NaN (forests take missing values)
 
     @property
     def counts(self):
@@ -158,7 +161,10 @@ class _BaseBagging(Members, BaseEstimator):
         target = "classes" if clf else "continuous"
         if multi:
             target = "multi_classes" if clf else "multi"
-        ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target=target)
+        nan = self._finite_check(X)
+        ctx, X, y, sw = self._validate_fit_data(
+            X, y, sample_weight, target=target, ensure_finite=nan
+        )
         if isinstance(self, _ForestMixin):
             self.n_outputs_ = int(y.shape[1]) if multi else 1
         if self.oob_score and not self.bootstrap:
@@ -179,7 +185,8 @@ class _BaseBagging(Members, BaseEstimator):
         draws = [
             _bootstrap_counts(n, self._n_draw(n), self.bootstrap, int(s)) for s in seeds
         ]
-        job = _Job(Training(ctx, X, y), sw, K, seeds, draws)
+        missing = nan is not True and nan.found
+        job = _Job(Training(ctx, X, y), sw, K, seeds, draws, missing)
         self._draws = {
             "seeds": [int(s) for s in seeds],
             "n": n,
@@ -190,8 +197,22 @@ class _BaseBagging(Members, BaseEstimator):
         new = self._fit_new(job, kept, sample_weight)
         self.estimators_ = kept + new
         if self.oob_score and (new or not hasattr(self, "oob_score_")):
-            self._set_oob(X, y, job.counts == 0, ctx, K)
+            self._set_oob(X, y, job.counts == 0, ctx, K, missing=missing)
         return self._fitted(ctx)
+
+    def _finite_check(self, X):
+        """``ensure_finite`` of the validation: forests take NaN (missing
+        values, routed by their trees) in dense ``X``, other ensembles
+        refuse it."""
+        if self._xpml_tags.get("allow_nan", False) and not is_sparse(X):
+            return AllowNaN(type(self).__name__)
+        return True
+
+    def _predict_data(self, X):
+        """Validated ``X`` for prediction, and whether it holds NaN."""
+        nan = self._finite_check(X)
+        ctx, X = self._validate_predict_data(X, ensure_finite=nan)
+        return ctx, X, nan is not True and nan.found
 
     def _kept_members(self):
         """``warm_start``: the members of the previous fit, kept (scikit-learn's
@@ -266,7 +287,9 @@ class _BaseBagging(Members, BaseEstimator):
             )
             lens = np.asarray([len(z) for z in nz])
             rngs = [r for _, r in job.draws[a:b]]
-            return grow(X, y, ids, w, lens, params=params, xp=xp, rngs=rngs)
+            return grow(
+                X, y, ids, w, lens, params=params, xp=xp, rngs=rngs, missing=job.missing
+            )
 
         weights = [b - a for a, b in groups]
         res = parallel_map(
@@ -381,9 +404,10 @@ class _BaseBagging(Members, BaseEstimator):
         return array_namespace(v).asarray(imp, dtype=v.dtype, device=device(v))
 
     # ------------------------------------------------------------ averaging
-    def _member_sum(self, X, ctx, K, mask=None):
+    def _member_sum(self, X, ctx, K, mask=None, missing=False):
         """Σ_t mask[t, i] · output of member t at row i (probabilities or
-        predictions); also returns Σ_t mask[t, i]."""
+        predictions); also returns Σ_t mask[t, i]. ``missing``: ``X`` holds
+        NaN (forests only)."""
         xp = ctx.xp
         n = int(X.shape[0])
         members = self.estimators_
@@ -391,7 +415,7 @@ class _BaseBagging(Members, BaseEstimator):
         subsets = getattr(self, "_subsets", False)
         if not subsets and all(isinstance(m, _BaseDecisionTree) for m in members):
             stack = cached_stack(self, members, ctx)
-            for a, rows in stack.chunks(X, xp=xp):
+            for a, rows in stack.chunks(X, xp=xp, missing=missing):
                 if mask is not None:
                     mk = xp.asarray(
                         mask[a : a + int(rows.shape[0])],
@@ -415,11 +439,11 @@ class _BaseBagging(Members, BaseEstimator):
         count = np.full(n, len(members)) if mask is None else mask.sum(axis=0)
         return total, count
 
-    def _set_oob(self, X, y, oob, ctx, K):
+    def _set_oob(self, X, y, oob, ctx, K, *, missing=False):
         xp = ctx.xp
         if len(y.shape) == 2:
-            return self._set_oob_multi(X, y, oob, ctx, K)
-        total, count = self._member_sum(X, ctx, K, mask=oob)
+            return self._set_oob_multi(X, y, oob, ctx, K, missing=missing)
+        total, count = self._member_sum(X, ctx, K, mask=oob, missing=missing)
         has = count > 0
         cnt = xp.asarray(np.where(has, count, 1), dtype=X.dtype, device=ctx.device)
         nan = xp.asarray(np.where(has, 0.0, np.nan), dtype=X.dtype, device=ctx.device)
@@ -440,7 +464,7 @@ class _BaseBagging(Members, BaseEstimator):
             self.oob_prediction_ = pred
             self.oob_score_ = float(1.0 - ss_res / ss_tot) if float(ss_tot) > 0 else 0.0
 
-    def _set_oob_multi(self, X, y, oob, ctx, K):
+    def _set_oob_multi(self, X, y, oob, ctx, K, *, missing=False):
         """Out-of-bag attributes of a multi-output forest, in scikit-learn's
         shapes: ``oob_decision_function_`` (n, 2, n_outputs) and the subset
         accuracy (binary 0/1 outputs only, scikit-learn's rule), or
@@ -454,7 +478,7 @@ class _BaseBagging(Members, BaseEstimator):
                 "multilabel-indicator. (oob_score=True with a 2-D y needs every "
                 "output's labels to be 0 and 1.)"
             )
-        total, count = self._member_sum(X, ctx, K, mask=oob)
+        total, count = self._member_sum(X, ctx, K, mask=oob, missing=missing)
         has = count > 0
         cnt = xp.asarray(np.where(has, count, 1), dtype=X.dtype, device=ctx.device)
         nan = xp.asarray(np.where(has, 0.0, np.nan), dtype=X.dtype, device=ctx.device)
@@ -520,23 +544,25 @@ class _BaggingClassifierMixin(ClassifierMixin):
     def predict_proba(self, X: ArrayLike) -> Array | list:
         """Mean of the members' class probabilities, shape (n, K); a list of
         (n, K_o) arrays, one per output, for a multi-output forest."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         if _outputs(self) > 1:
-            total, _ = self._member_sum(X, ctx, tuple(self.n_classes_))
+            K = tuple(self.n_classes_)
+            total, _ = self._member_sum(X, ctx, K, missing=missing)
             P = total / len(self.estimators_)
             return [ctx.out(P[:, o, :k]) for o, k in enumerate(self.n_classes_)]
         K = int(self.classes_.shape[0])
-        total, count = self._member_sum(X, ctx, K)
+        total, count = self._member_sum(X, ctx, K, missing=missing)
         return ctx.out(total / len(self.estimators_))
 
     def predict(self, X: ArrayLike) -> Array:
         """The class with the largest mean probability; (n, n_outputs) labels
         for a multi-output forest."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         if _outputs(self) > 1:
             from xpml.tree._classes import _stack_labels
 
-            total, _ = self._member_sum(X, ctx, tuple(self.n_classes_))
+            K = tuple(self.n_classes_)
+            total, _ = self._member_sum(X, ctx, K, missing=missing)
             return _stack_labels(
                 [
                     decode_labels(c, ctx.xp.argmax(total[:, o, :k], axis=1), ctx)
@@ -544,7 +570,7 @@ class _BaggingClassifierMixin(ClassifierMixin):
                 ]
             )
         K = int(self.classes_.shape[0])
-        total, _ = self._member_sum(X, ctx, K)
+        total, _ = self._member_sum(X, ctx, K, missing=missing)
         return decode_labels(self.classes_, ctx.xp.argmax(total, axis=1), ctx)
 
 
@@ -552,8 +578,8 @@ class _BaggingRegressorMixin(RegressorMixin):
     def predict(self, X: ArrayLike) -> Array:
         """Mean of the members' predictions; (n, n_outputs) for a
         multi-output forest."""
-        ctx, X = self._validate_predict_data(X)
-        total, _ = self._member_sum(X, ctx, 0)
+        ctx, X, missing = self._predict_data(X)
+        total, _ = self._member_sum(X, ctx, 0, missing=missing)
         if _outputs(self) > 1:
             total = ctx.xp.reshape(total, (int(total.shape[0]), _outputs(self)))
         return ctx.out(total / len(self.estimators_))
@@ -788,10 +814,10 @@ class _ForestMixin:
         """Leaf reached by every row of ``X`` in every tree, in each tree's own
         node numbering (as ``estimators_[t].apply``): shape (n, n_estimators).
         All trees are walked at once on the stack kept for prediction."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         xp = ctx.xp
         stack = cached_stack(self, self.estimators_, ctx)
-        leaves = stack.leaves(X, xp=xp) - stack.table.roots[:, None]
+        leaves = stack.leaves(X, xp=xp, missing=missing) - stack.table.roots[:, None]
         return ctx.out(xp.permute_dims(leaves, (1, 0)))
 
 
@@ -826,6 +852,13 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
     oob_decision_function_ : array (n, K), or (n, 2, n_outputs)
         Multi-output ``oob_score`` needs 0/1 outputs (scikit-learn's rule).
 
+    Notes
+    -----
+    Missing values: ``X`` may hold NaN (not infinity) at fit and predict;
+    each tree learns where they go at every split, as
+    :class:`~xpml.tree.DecisionTreeClassifier` (scikit-learn's rule). The
+    feature subsets are drawn over the ``d`` real features.
+
     References
     ----------
     Breiman, "Random forests", Machine Learning 45, 2001.
@@ -855,7 +888,11 @@ class RandomForestClassifier(_ForestMixin, _BaggingClassifierMixin, _BaseBagging
             None,
         ],
     }
-    _xpml_tags = {**BaggingClassifier._xpml_tags, "multi_output": True}
+    _xpml_tags = {
+        **BaggingClassifier._xpml_tags,
+        "multi_output": True,
+        "allow_nan": True,
+    }
 
     def __init__(
         self,
@@ -926,6 +963,10 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
         R² (averaged uniformly over outputs for a 2-D ``y``).
     oob_prediction_ : array (n,), or (n, n_outputs)
 
+    Notes
+    -----
+    Missing values (NaN in ``X``) as for :class:`RandomForestClassifier`.
+
     Examples
     --------
     >>> import numpy as np
@@ -951,7 +992,11 @@ class RandomForestRegressor(_ForestMixin, _BaggingRegressorMixin, _BaseBagging):
             None,
         ],
     }
-    _xpml_tags = {**BaggingRegressor._xpml_tags, "multi_output": True}
+    _xpml_tags = {
+        **BaggingRegressor._xpml_tags,
+        "multi_output": True,
+        "allow_nan": True,
+    }
 
     def __init__(
         self,

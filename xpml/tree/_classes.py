@@ -18,17 +18,26 @@ from xpml.tree._stack import TREE_ARRAYS, cached_stack, host_tree, stack_trees
 from xpml.utils._array_api import device, is_numpy_namespace, itemsize
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import (
+    AllowNaN,
     check_array,
     check_consistent_length,
     check_random_state,
     check_targets,
     decode_labels,
     is_multi_output,
+    is_sparse,
 )
 
 __all__ = ["DecisionTreeClassifier", "DecisionTreeRegressor", "export_text"]
 
 _TREE_ARRAYS = TREE_ARRAYS
+
+
+def _allow_nan(est, X):
+    """``ensure_finite`` of a tree's validation: NaN (missing values) is
+    accepted in dense ``X``; SciPy sparse ``X`` stays finite-only, as in
+    scikit-learn."""
+    return True if is_sparse(X) else AllowNaN(type(est).__name__)
 
 
 def _resolve_count(v, n, lo):
@@ -111,9 +120,26 @@ class _BaseDecisionTree(BaseEstimator):
             min_weight_leaf=float(self.min_weight_fraction_leaf),
         )
 
-    def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None):
+    def _fit_data(self, X, y, sample_weight, target):
+        """:meth:`_validate_fit_data` accepting NaN in ``X`` (not infinity);
+        also returns whether ``X`` holds NaN (the same one host sync)."""
+        nan = _allow_nan(self, X)
+        ctx, X, y, sw = self._validate_fit_data(
+            X, y, sample_weight, target=target, ensure_finite=nan
+        )
+        return ctx, X, y, sw, nan is not True and nan.found
+
+    def _predict_data(self, X):
+        """:meth:`_validate_predict_data` accepting NaN in ``X``; also returns
+        whether ``X`` holds NaN."""
+        nan = _allow_nan(self, X)
+        ctx, X = self._validate_predict_data(X, ensure_finite=nan)
+        return ctx, X, nan is not True and nan.found
+
+    def _fit_arrays(self, ctx, X, y, sw, n_classes, *, ids=None, missing=False):
         """Grow the tree from validated arrays (``y`` codes or floats) on the
-        samples ``ids`` (default: those of positive weight; one host sync)."""
+        samples ``ids`` (default: those of positive weight; one host sync);
+        ``missing``: ``X`` holds NaN."""
         xp = ctx.xp
         n_out = int(y.shape[1]) if len(y.shape) == 2 else 1
         params = self._grow_params(int(X.shape[0]), int(X.shape[1]), n_classes, n_out)
@@ -122,7 +148,9 @@ class _BaseDecisionTree(BaseEstimator):
         w = xp.take(sw, ids)
         rng = check_random_state(self.random_state)
         n_kept = np.asarray([int(ids.shape[0])])
-        trees, stats = grow(X, y, ids, w, n_kept, params=params, xp=xp, rngs=[rng])
+        trees, stats = grow(
+            X, y, ids, w, n_kept, params=params, xp=xp, rngs=[rng], missing=missing
+        )
         self._grow_stats = stats
         self._set_tree(self._limit_leaves(trees[0]), ctx, X.dtype)
         return self
@@ -207,17 +235,18 @@ class _BaseDecisionTree(BaseEstimator):
         """The fitted tree on the compute device, cached (see :mod:`xpml.tree._stack`)."""
         return cached_stack(self, [self], ctx)
 
-    def _leaves(self, ctx, X):
-        return self._stack(ctx).leaves(X, xp=ctx.xp)[0, :]
+    def _leaves(self, ctx, X, missing=False):
+        return self._stack(ctx).leaves(X, xp=ctx.xp, missing=missing)[0, :]
 
-    def _leaf_values(self, ctx, X):
+    def _leaf_values(self, ctx, X, missing=False):
         stack = self._stack(ctx)
-        return ctx.xp.take(stack.value, stack.leaves(X, xp=ctx.xp)[0, :], axis=0)
+        leaves = stack.leaves(X, xp=ctx.xp, missing=missing)[0, :]
+        return ctx.xp.take(stack.value, leaves, axis=0)
 
     def apply(self, X):
         """Index of the leaf each row of ``X`` ends in, shape (n,)."""
-        ctx, X = self._validate_predict_data(X)
-        return ctx.out(self._leaves(ctx, X))
+        ctx, X, missing = self._predict_data(X)
+        return ctx.out(self._leaves(ctx, X, missing))
 
     def get_depth(self):
         """Depth of the fitted tree (the root alone has depth 0)."""
@@ -244,14 +273,15 @@ class _BaseDecisionTree(BaseEstimator):
             0/1 ``int64`` array in the input's library (no sparse type is
             portable), shape (n_samples, node_count).
         """
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         if is_numpy_namespace(ctx.out_xp):
-            leaves = np.asarray(to_numpy(self._leaves(ctx, X)), dtype=np.int64)
+            leaves = self._leaves(ctx, X, missing)
+            leaves = np.asarray(to_numpy(leaves), dtype=np.int64)
             return _path_csr(self._host_tree(), leaves)
         xp = ctx.xp
         pre, end = _preorder(self._host_tree())
         pre_d, end_d = (xp.asarray(a, device=ctx.device) for a in (pre, end))
-        at = xp.take(pre_d, self._leaves(ctx, X))[:, None]
+        at = xp.take(pre_d, self._leaves(ctx, X, missing))[:, None]
         inside = (pre_d[None, :] <= at) & (at < end_d[None, :])
         return ctx.out(xp.astype(inside, xp.int64))
 
@@ -301,7 +331,10 @@ class _BaseDecisionTree(BaseEstimator):
         check_is_fitted(self)
         _single_output(self, "prune")
         ctx, X, yv = self._validation_data(X_val, y_val)
-        X = check_array(X, xp=ctx.xp, name="X_val", requested=ctx.dtype)
+        nan = _allow_nan(self, X)
+        X = check_array(
+            X, xp=ctx.xp, name="X_val", requested=ctx.dtype, ensure_finite=nan
+        )
         check_n_features(self, X, name="X_val")
         t = self._host_tree()
         err_leaf = self._errors_as_leaf(ctx, X, yv, t)
@@ -347,7 +380,7 @@ class _BaseDecisionTree(BaseEstimator):
         pred, parent = (xp.asarray(a, device=ctx.device) for a in (pred, parent))
         if not clf:
             yv = xp.astype(yv, pred.dtype)
-        node = stack_trees([t], xp, ctx.device).leaves(X, xp=xp)[0, :]
+        node = stack_trees([t], xp, ctx.device).leaves(X, xp=xp, missing=True)[0, :]
         ids, losses = [], []
         for _ in range(t["max_depth"] + 1):
             p = xp.take(pred, node)
@@ -652,12 +685,23 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         Weighted class fractions of each node's training samples; for
         multi-output, scikit-learn's layout (zero past an output's classes).
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays (node_count,)
+    tree_missing_go_to_left_ : int array (node_count,)
+        1 where a NaN in the node's split feature goes to the left child
+        (scikit-learn's ``tree_.missing_go_to_left``; 0 at leaves).
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
         Total weighted impurity decrease per feature, normalised to sum 1.
 
     Notes
     -----
+    Missing values: ``X`` may hold NaN (not infinity) at fit and predict, as
+    scikit-learn. When a node's samples miss some values of a feature, each
+    threshold is scored with the missing samples sent left and sent right,
+    and the split "non-missing | missing" (threshold +inf) too; the node keeps
+    the direction in ``tree_missing_go_to_left_``. A NaN met at predict at a
+    node that saw none at fit goes to the child that held more samples. The
+    random splitter draws the direction. Fits without NaN do no extra work.
+
     Gini proxy of a split: ``Σ_k c_{L,k}²/W_L + Σ_k c_{R,k}²/W_R`` (maximised),
     with ``c`` cumulative weighted class counts along the sorted feature.
 
@@ -694,7 +738,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         "purity_threshold": [Interval(Real, 0, 1, closed="right")],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {"multi_output": True}
+    _xpml_tags = {"multi_output": True, "allow_nan": True}
 
     def __init__(
         self,
@@ -731,23 +775,22 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         """Grow the tree; returns self. ``y`` (n,) or (n, n_outputs)."""
         y = _flatten_column(y)
         multi = is_multi_output(y)
-        ctx, X, y, sw = self._validate_fit_data(
-            X, y, sample_weight, target="multi_classes" if multi else "classes"
-        )
+        target = "multi_classes" if multi else "classes"
+        ctx, X, y, sw, missing = self._fit_data(X, y, sample_weight, target)
         if multi:
             counts = tuple(int(c.shape[0]) for c in self.classes_)
             self.n_outputs_, self.n_classes_ = len(counts), np.asarray(counts)
         else:
             counts = int(self.classes_.shape[0])
             self.n_outputs_, self.n_classes_ = 1, counts
-        self._fit_arrays(ctx, X, y, sw, counts)
+        self._fit_arrays(ctx, X, y, sw, counts, missing=missing)
         return self._fitted(ctx)
 
     def predict_proba(self, X: ArrayLike) -> Array | list:
         """Class fractions of the leaf each row reaches, shape (n, K); a list
         of them, one (n, K_o) per output, for a multi-output tree."""
-        ctx, X = self._validate_predict_data(X)
-        P = self._leaf_values(ctx, X)
+        ctx, X, missing = self._predict_data(X)
+        P = self._leaf_values(ctx, X, missing)
         if _n_outputs(self) == 1:
             return ctx.out(P)
         return [ctx.out(P[:, o, :k]) for o, k in enumerate(self.n_classes_.tolist())]
@@ -755,9 +798,9 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     def predict(self, X: ArrayLike) -> Array:
         """Majority class of the leaf each row reaches; (n, n_outputs) labels
         for a multi-output tree."""
-        ctx, X = self._validate_predict_data(X)
+        ctx, X, missing = self._predict_data(X)
         xp = ctx.xp
-        P = self._leaf_values(ctx, X)
+        P = self._leaf_values(ctx, X, missing)
         if _n_outputs(self) == 1:
             return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
         return _stack_labels(
@@ -849,11 +892,15 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         Weighted mean of ``y`` in each node (weighted median for
         "absolute_error"; per output, in scikit-learn's layout, for a 2-D ``y``).
     tree_impurity_, tree_n_node_samples_, tree_weighted_n_node_samples_ : arrays
+    tree_missing_go_to_left_ : int array (node_count,)
     node_count_, max_depth_, n_leaves_ : int
     feature_importances_ : array (d,)
 
     Notes
     -----
+    Missing values (NaN in ``X``, every criterion) as for
+    :class:`DecisionTreeClassifier`.
+
     The split maximises ``S_L²/W_L + S_R²/W_R`` with ``S`` cumulative weighted
     sums of ``y − ȳ_node`` along the sorted feature, i.e. minimises the children's
     summed squared error. With "absolute_error" it minimises the children's
@@ -884,7 +931,7 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         ],
         **_BaseDecisionTree._common_constraints,
     }
-    _xpml_tags = {"multi_output": True}
+    _xpml_tags = {"multi_output": True, "allow_nan": True}
 
     def __init__(
         self,
@@ -919,9 +966,8 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
         """Grow the tree; returns self. ``y`` (n,) or (n, n_outputs)."""
         y = _flatten_column(y)
         multi = is_multi_output(y)
-        ctx, X, y, sw = self._validate_fit_data(
-            X, y, sample_weight, target="multi" if multi else "continuous"
-        )
+        target = "multi" if multi else "continuous"
+        ctx, X, y, sw, missing = self._fit_data(X, y, sample_weight, target)
         self.n_outputs_ = int(y.shape[1]) if multi else 1
         if self.criterion == "poisson":
             _check_poisson_targets(y, ctx.xp)
@@ -931,14 +977,14 @@ max_features, random_state, max_leaf_nodes, ccp_alpha
                 f"{tuple(y.shape)}. Fit one tree per output, or use "
                 "criterion='squared_error' for a multi-output tree."
             )
-        self._fit_arrays(ctx, X, y, sw, 0)
+        self._fit_arrays(ctx, X, y, sw, 0, missing=missing)
         return self._fitted(ctx)
 
     def predict(self, X: ArrayLike) -> Array:
         """Mean (median for "absolute_error") training target of the leaf each
         row reaches; (n, n_outputs) for a multi-output tree."""
-        ctx, X = self._validate_predict_data(X)
-        v = self._leaf_values(ctx, X)
+        ctx, X, missing = self._predict_data(X)
+        v = self._leaf_values(ctx, X, missing)
         if _n_outputs(self) > 1:
             v = ctx.xp.reshape(v, (int(v.shape[0]), self.n_outputs_))
         return ctx.out(v)

@@ -145,6 +145,7 @@ class _NodeTable:
             "n": (np.int64, 0),
             "W": (np.float64, 0.0),
             "impurity": (np.float64, 0.0),
+            "missing_left": (bool, False),  # where NaN goes (missing values)
         }
         new = {}
         for k, (dt, fill) in spec.items():
@@ -230,6 +231,7 @@ class _Growth:
     budget: int
     stats: dict  # node blocks and re-draw rounds, counted for tests and benches
     xp: Any
+    missing: bool = False  # X holds NaN: stored as +inf in Xflat (see _start)
 
     @property
     def m(self):
@@ -280,10 +282,13 @@ class _Entries:
     mw: Any = None  # (nb,) least weight of a child (min_weight_leaf), or None
     yrank: Any = None  # (nb, L) rank of each entry's y in its node (absolute error)
     ysorted: Any = None  # (nb, L) each node's y in rank order (absolute error)
+    uleft: Any = None  # (nb, d) random splitter with NaN: missing values go left
 
 
 # ------------------------------------------------------------------- growth
-def grow(X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None):
+def grow(
+    X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None, missing=False
+):
     """Grow ``len(root_lens)`` trees at once.
 
     Parameters
@@ -305,20 +310,32 @@ def grow(X, y, samp, sampw, root_lens, *, params, xp, rngs=None, budget=None):
         the same whether grown alone or inside a forest.
     budget : int, optional
         Elements of one work array (default: :func:`work_elements`).
+    missing : bool
+        ``X`` holds NaN (missing values): each split also learns where they
+        go (see :func:`_search_missing`); False skips that work.
 
     Returns
     -------
     trees : list of dict
         One dict of host NumPy arrays per tree: ``feature``, ``threshold``,
         ``children_left``, ``children_right``, ``value``, ``impurity``,
-        ``n_node_samples``, ``weighted_n_node_samples``, and ``max_depth``.
+        ``n_node_samples``, ``weighted_n_node_samples``,
+        ``missing_go_to_left`` and ``max_depth``.
         With several outputs ``value`` is (nodes, n_outputs, max classes)
         (class fractions, zero-padded) or (nodes, n_outputs, 1) (means).
     stats : dict
         ``node_blocks`` (blocks searched, one upload and one download each)
         and ``redraws`` (extra rounds for nodes that drew constant features).
     """
+    if missing and params.criterion == "absolute_error":
+        raise ValueError(
+            "criterion='absolute_error' does not take missing values (NaN) in X "
+            "in xpml; impute them first, or use another criterion"
+        )
     g = _start(X, y, params, rngs, budget, xp=xp)
+    if missing:  # NaN sorts as +inf: one run after a row's other real values
+        g.missing = True
+        g.Xflat = xp.where(xp.isnan(g.Xflat), xp.inf, g.Xflat)
     level = _grow_roots(g, samp, sampw, np.asarray(root_lens, dtype=np.int64))
     while len(level.ids):
         level = _grow_level(g, level)
@@ -506,6 +523,10 @@ def _block_round(g, level, blk, F, U):
     if U is not None:
         u = xp.astype(aux[:, int(aux.shape[1]) - g.d :], g.Xflat.dtype) * 2.0**-53
         ent = dataclasses.replace(ent, u=u)
+        if g.missing:  # the uniform's lowest bit draws where missing values go
+            ent = dataclasses.replace(
+                ent, uleft=aux[:, int(aux.shape[1]) - g.d :] % 2 == 1
+            )
     nb = len(blk.ids)
     if F is None:  # every feature, searched in chunks that fit the budget
         Fd = xp.broadcast_to(xp.arange(g.d, device=dev)[None, :], (nb, g.d))
@@ -514,10 +535,13 @@ def _block_round(g, level, blk, F, U):
         Fd = aux[:, 2 : 2 + g.m]
         vals, const = _gather_features(g, ent, Fd)
         extra = [xp.astype(const, g.Xflat.dtype)]
-    score, feat, p, thr = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
-    rs, rw, cols = _children_stats(g, ent, feat, p)
+    res = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
+    score, feat, p, thr = res[:4]
+    rs, rw, cols = _children_stats(g, ent, feat, p, *res[4:])
     dtype = g.Xflat.dtype
     head = xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype), thr], axis=1)
+    if g.missing:  # where missing values go: the last column before ``extra``
+        cols = cols + [xp.astype(res[4], dtype)[:, None]]
     packed = xp.concat([head] + [xp.astype(c, dtype) for c in cols] + extra, axis=1)
     return np.asarray(to_numpy(packed), dtype=np.float64), rs, rw
 
@@ -714,6 +738,9 @@ def _class_scores(g, cum, wlr):
     if params.criterion == "gini":
         one = xp.ones_like(wl)
         return acc_l / xp.where(wl > 0, wl, one) + acc_r / xp.where(wr > 0, wr, one)
+    if g.missing:  # each child's terms together: the mirrored placements of
+        # the missing values score exactly equal (the right one wins, as scikit-learn)
+        return (acc_l - _xlogx(wl, xp)) + (acc_r - _xlogx(wr, xp))
     return acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
 
 
@@ -810,6 +837,17 @@ def _search(g, ent, F, vals):
     xp = g.xp
     xs, chans = _sorted_columns(g, ent, F, vals)
     cum = xp.cumulative_sum(chans, axis=-1)
+    if g.missing:
+        return _search_missing(g, ent, F, xs, cum)
+    return _pick(g, ent, F, xs, _scores(g, ent, cum, chans))
+
+
+def _scores(g, ent, cum, chans=None):
+    """Proxy score of the split at every position of the cumulative channels
+    ``cum`` (C, nb, f, L) whose last position holds the node totals (and the
+    sorted channels ``chans`` themselves, which absolute error needs); −inf
+    where a child is lighter than ``min_weight_leaf`` allows."""
+    xp = g.xp
     wl = cum[0, ...]
     wr = wl[..., -1:] - wl
     if g.params.multi:
@@ -826,7 +864,84 @@ def _search(g, ent, F, vals):
         mw = xp.reshape(ent.mw, (-1, 1, 1))
         ninf = xp.full((), -xp.inf, dtype=score.dtype, device=device(score))
         score = xp.where((wl >= mw) & (wr >= mw), score, ninf)
-    return _pick(g, ent, F, xs, score)
+    return score
+
+
+def _search_missing(g, ent, F, xs, cum):
+    """:func:`_search` when ``X`` holds NaN (scikit-learn's rule). Missing
+    values, stored as +inf, sort into one run after a row's other real values
+    (and before the padding), so every threshold is scored twice from the same
+    cumulative sums: with the missing values on the right (the plain scores;
+    the position before the run is the split "non-missing | missing", of
+    threshold +inf) and on the left (the run's channel totals moved to the
+    left side). Also returns whether missing values go left (nb,) and, for a
+    left split, ``p`` counts the missing run (the children's layout in
+    :func:`_children_stats`)."""
+    xp = g.xp
+    nb, f, L = xs.shape
+    C = int(cum.shape[0])
+    ln = xp.reshape(ent.lens, (nb, 1))
+    nmiss = xp.sum(xp.astype(xp.isinf(xs), ent.lens.dtype), axis=-1) - (L - ln)
+    last = ln - 1 - nmiss  # the last non-missing entry (−1: all missing)
+    rows = xp.reshape(xp.arange(nb * f, dtype=last.dtype, device=device(xs)), (nb, f))
+    at = xp.reshape(rows * L + xp.where(last >= 0, last, xp.zeros_like(last)), (-1,))
+    before = xp.take(xp.reshape(cum, (C, nb * f * L)), at, axis=1)
+    before = xp.where(xp.reshape(last >= 0, (1, -1)), before, xp.zeros_like(before))
+    run = cum[..., -1:] - xp.reshape(before, (C, nb, f, 1))
+    shifted = xp.concat([cum[..., :-1] + run, cum[..., -1:]], axis=-1)
+    scores = (_scores(g, ent, cum), _scores(g, ent, shifted))
+    return _pick_missing(g, ent, (F, xs, nmiss), scores)
+
+
+def _pick_missing(g, ent, cols, scores):
+    """:func:`_pick` over both placements of the missing values ``scores``
+    (right, left); within a feature the right placement's positions come
+    first (ties go to them, scikit-learn's order)."""
+    xp = g.xp
+    F, xs, nmiss = cols
+    nb, f, L = xs.shape
+    dev = device(xs)
+    ln = xp.reshape(ent.lens, (nb, 1, 1))
+    nm = nmiss[..., None]
+    p3 = xp.reshape(xp.arange(L - 1, dtype=ent.lens.dtype, device=dev), (1, 1, L - 1))
+    msl = g.params.min_samples_leaf
+    x0, x1 = xs[..., :-1], xs[..., 1:]
+    if ent.u is None:
+        cut = x1 > x0 + FEATURE_THRESHOLD
+    else:
+        cut, t = _random_cut(g, ent, F, xs, nmiss)
+    ok_r = cut & (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
+    ok_l = cut & (nm > 0) & xp.isfinite(x1)
+    ok_l &= (p3 + 1 + nm >= msl) & (ln - 1 - p3 - nm >= msl)
+    if ent.uleft is not None:  # the random splitter draws the missing side
+        go_l = xp.take_along_axis(ent.uleft, F, axis=-1)[..., None] & (nm > 0)
+        ok_r, ok_l = ok_r & ~go_l, ok_l & go_l
+    ninf = xp.full((), -xp.inf, dtype=scores[0].dtype, device=dev)
+    both = [
+        xp.where(ok, s[..., :-1], ninf)
+        for ok, s in ((ok_r, scores[0]), (ok_l, scores[1]))
+    ]
+    score2 = xp.reshape(xp.concat(both, axis=-1), (nb, f * 2 * (L - 1)))
+    bi = xp.argmax(score2, axis=-1)
+    best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
+    j, r = bi // (2 * (L - 1)), bi % (2 * (L - 1))
+    left, p = r >= L - 1, r % (L - 1)
+    at = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L) + j * L + p
+    xs_flat = xp.reshape(xs, (-1,))
+    v0, v1 = xp.take(xs_flat, at), xp.take(xs_flat, at + 1)
+    thr = v0 / 2 + v1 / 2
+    thr = xp.where((thr == v1) | xp.isinf(thr) | xp.isnan(thr), v0, thr)
+    if ent.u is None:  # "non-missing | missing": every real value goes left
+        thr = xp.where(
+            xp.isinf(v1), xp.full((), xp.inf, dtype=thr.dtype, device=dev), thr
+        )
+    else:
+        thr = xp.take_along_axis(t, j[:, None], axis=-1)[:, 0]
+    feat = xp.take_along_axis(F, j[:, None], axis=-1)[:, 0]
+    nmj = xp.take_along_axis(nmiss, j[:, None], axis=-1)[:, 0]
+    # no missing value of the feature in the node: they will go to the larger child
+    go_left = xp.where(nmj > 0, left, p + 1 > ent.lens - 1 - p)
+    return best, feat, xp.where(left, p + nmj, p), thr, go_left
 
 
 def _pick(g, ent, F, xs, score):
@@ -861,7 +976,7 @@ def _pick(g, ent, F, xs, score):
     return best, feat, p, thr
 
 
-def _random_cut(g, ent, F, xs):
+def _random_cut(g, ent, F, xs, nmiss=None):
     """scikit-learn's random splitter: a threshold ``t`` drawn uniformly
     between each feature's min and max in the node (the min when it lands on
     the max); the only position scored is the one ``t`` falls after. Constant
@@ -874,27 +989,38 @@ def _random_cut(g, ent, F, xs):
     last = xp.reshape(ent.lens - 1, (nb, 1)) + xp.zeros(
         (nb, f), dtype=ent.lens.dtype, device=dev
     )
+    if nmiss is not None:  # the range of the non-missing values (+inf at the end)
+        last = xp.where(last >= nmiss, last - nmiss, xp.zeros_like(last))
     rows = xp.reshape(xp.arange(nb * f, dtype=last.dtype, device=dev), (nb, f)) * L
     lo = xs[..., 0]
     hi = xp.reshape(
         xp.take(xp.reshape(xs, (-1,)), xp.reshape(rows + last, (-1,))), (nb, f)
     )
+    if nmiss is not None:  # a feature all missing (+inf) in the node: no range
+        lo, hi = (xp.where(xp.isinf(v), xp.zeros_like(v), v) for v in (lo, hi))
     t = lo + uf * (hi - lo)
     t = xp.where(t >= hi, lo, t)
     t3 = t[..., None]
     cut = (xs[..., :-1] <= t3) & (xs[..., 1:] > t3)
-    return cut & (hi > lo + FEATURE_THRESHOLD)[..., None], t
+    varies = hi > lo + FEATURE_THRESHOLD
+    if nmiss is not None:  # constant non-missing values still split off the missing
+        varies = (varies | (nmiss > 0)) & (xp.reshape(ent.lens, (nb, 1)) > nmiss)
+    return cut & varies[..., None], t
 
 
-def _children_stats(g, ent, feat, p):
+def _children_stats(g, ent, feat, p, go_left=None):
     """Sort each node's entries along its chosen feature; statistics of the
-    left part (positions ``<= p``) and of the whole node."""
+    left part (positions ``<= p``) and of the whole node. ``go_left`` (nb,):
+    the node's missing values (+inf) sort first instead of last."""
     xp, params = g.xp, g.params
     nb, L = ent.sids.shape
     dev = device(ent.sids)
     pos = xp.arange(L, dtype=ent.sids.dtype, device=dev)
     idx = xp.reshape(ent.sids * g.d + feat[:, None], (-1,))
     v = xp.reshape(xp.take(g.Xflat, idx), (nb, L))
+    if go_left is not None:
+        ninf = xp.full((), -xp.inf, dtype=v.dtype, device=dev)
+        v = xp.where(ent.valid & xp.isinf(v) & go_left[:, None], ninf, v)
     perm = xp.argsort(v, axis=-1, stable=True)
     # flat gathers: cheaper than take_along_axis on NumPy, the same values
     rows = xp.arange(nb, dtype=perm.dtype, device=dev)[:, None] * L
@@ -963,6 +1089,10 @@ def _accept(g, blk, h, known):
     pid = nid[a]
     table.cols["feature"][pid] = h[a, 1].astype(np.int64)
     table.cols["threshold"][pid] = h[a, 3]
+    if g.missing:  # the device's choice (see _search_missing)
+        table.cols["missing_left"][pid] = h[a, h.shape[1] - 1] > 0.5
+    else:  # no missing value at fit: NaN will go to the child with more samples
+        table.cols["missing_left"][pid] = hp[a] + 1 > blk.lens[a] - hp[a] - 1
     table.cols["left"][pid] = cids[0::2]
     table.cols["right"][pid] = cids[1::2]
     W_tree = np.repeat(g.W_root[trees[a]], 2)
@@ -1086,7 +1216,7 @@ def _multi_scores(g, ent, cum, wlr):
     for o in range(params.n_outputs):
         if params.classification:
             a = 1 + int(params.offsets[o]) - o  # each output drops its last class
-            sub = _Scorer(g.xp, params.output(o))
+            sub = _Scorer(g.xp, params.output(o), g.missing)
             s = _class_scores(sub, cum[a : a + params.class_counts[o] - 1, ...], wlr)
         elif params.criterion == "poisson":
             mean = ent.mean[:, o][:, None, None]
@@ -1099,10 +1229,12 @@ def _multi_scores(g, ent, cum, wlr):
 
 @dataclasses.dataclass(frozen=True)
 class _Scorer:
-    """What :func:`_class_scores` reads of a growth: one output's parameters."""
+    """What :func:`_class_scores` reads of a growth: one output's parameters,
+    and whether ``X`` holds NaN."""
 
     xp: Any
     params: GrowParams
+    missing: bool = False
 
 
 def _children_sums_multi(g, ent, rs, wlr):
@@ -1252,6 +1384,7 @@ def _split_trees(table, R, params):
                 "impurity": table["impurity"][sel].copy(),
                 "n_node_samples": table["n"][sel].copy(),
                 "weighted_n_node_samples": W.copy(),
+                "missing_go_to_left": table["missing_left"][sel].copy(),
                 "max_depth": int(table["depth"][sel].max()),
             }
         )
@@ -1285,18 +1418,24 @@ class RoutingTable:
     leaf: Any  # (N,) bool
     roots: Any  # (T,)
     depths: np.ndarray
+    missing_right: Any = None  # (N,) bool: NaN goes right (None: always left)
 
     def to(self, xp, dev):
         """The same table with its arrays in namespace ``xp`` on ``dev``."""
         from xpml._backend import move
 
         arrays = [self.feature, self.threshold, self.kids, self.leaf, self.roots]
-        return RoutingTable(*[move(a, xp, dev) for a in arrays], self.depths)
+        mr = self.missing_right
+        mr = None if mr is None else move(mr, xp, dev)
+        return RoutingTable(*[move(a, xp, dev) for a in arrays], self.depths, mr)
 
 
-def routing_table(feature, threshold, left, right, depths, *, xp, roots=None):
+def routing_table(
+    feature, threshold, left, right, depths, *, xp, roots=None, missing_left=None
+):
     """A :class:`RoutingTable` from scikit-learn-style node arrays (children −1
-    at leaves, children indices global when several trees are concatenated)."""
+    at leaves, children indices global when several trees are concatenated;
+    ``missing_left``: scikit-learn's ``missing_go_to_left``, optional)."""
     dev = device(feature)
     leaf = left < 0
     self_ids = xp.arange(int(feature.shape[0]), dtype=feature.dtype, device=dev)
@@ -1314,21 +1453,26 @@ def routing_table(feature, threshold, left, right, depths, *, xp, roots=None):
         leaf,
         roots,
         np.atleast_1d(np.asarray(depths, dtype=np.int64)),
+        None if missing_left is None else ~xp.astype(missing_left, xp.bool) & ~leaf,
     )
 
 
-def route(X, table, *, xp, trees=None, compact_every=8):
+def route(X, table, *, xp, trees=None, compact_every=8, missing=False):
     """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
     the table's trees, default all): an array (T, n). See :func:`_route`; on
-    NumPy the same walk runs in preallocated buffers (:func:`_route_numpy`)."""
+    NumPy the same walk runs in preallocated buffers (:func:`_route_numpy`).
+    ``missing``: ``X`` holds NaN, sent by the table's ``missing_right``."""
     walk = dispatch("tree.route", xp)
-    return walk(X, table, xp=xp, trees=trees, compact_every=compact_every)
+    kw = {"missing": True} if missing and table.missing_right is not None else {}
+    return walk(X, table, xp=xp, trees=trees, compact_every=compact_every, **kw)
 
 
 @portable("tree.route")
-def _route(X, table, *, xp, trees=None, compact_every=8):
+def _route(X, table, *, xp, trees=None, compact_every=8, missing=False):
     """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
-    the table's trees, default all): an array (T, n).
+    the table's trees, default all): an array (T, n). With ``missing``, a
+    NaN goes right at the nodes of ``table.missing_right`` (else left, as
+    ``NaN > threshold`` is false).
 
     On NumPy the rows that reached a leaf are set aside every ``compact_every``
     steps and the rest continue (a boolean mask costs nothing on the host);
@@ -1350,7 +1494,10 @@ def _route(X, table, *, xp, trees=None, compact_every=8):
     done_slot, done_node = [], []
     for step in range(depth):
         xv = xp.take(Xflat, base + xp.take(table.feature, node))
-        right = xp.astype(xv > xp.take(table.threshold, node), idt)
+        gt = xv > xp.take(table.threshold, node)
+        if missing:
+            gt = gt | (xp.isnan(xv) & xp.take(table.missing_right, node))
+        right = xp.astype(gt, idt)
         node = xp.take(table.kids, 2 * node + right)
         if compact and (step + 1) % compact_every == 0 and step + 1 < depth:
             fin = xp.take(table.leaf, node)
@@ -1379,7 +1526,7 @@ def _route_example():
 
 
 @fast_path("tree.route", "numpy", example=_route_example)
-def _route_numpy(X, table, *, xp, trees=None, compact_every=8):
+def _route_numpy(X, table, *, xp, trees=None, compact_every=8, missing=False):
     """:func:`_route` on NumPy: each step writes into buffers made once (no
     temporary arrays), and the gathers skip bounds checks (``mode="wrap"``:
     every index is a node of the table or an entry of ``X`` by construction)."""
@@ -1405,6 +1552,8 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=8):
         np.take(Xflat, i, out=x, mode="wrap")
         np.take(table.threshold, node, out=t, mode="wrap")
         np.greater(x, t, out=g)
+        if missing:  # NaN goes right where the node says so
+            g |= np.isnan(x) & np.take(table.missing_right, node, mode="wrap")
         np.multiply(node, 2, out=node)
         np.add(node, g, out=node)
         np.take(table.kids, node, out=i, mode="wrap")

@@ -34,6 +34,7 @@ TREE_ARRAYS = (
     "impurity",
     "n_node_samples",
     "weighted_n_node_samples",
+    "missing_go_to_left",
 )
 
 
@@ -52,11 +53,12 @@ class TreeStack:
     def n_trees(self):
         return int(self.table.roots.shape[0])
 
-    def leaves(self, X, *, xp, trees=None):
-        """Leaf of every row of ``X`` in every tree (a slice): (T, n)."""
-        return route(X, self.table, xp=xp, trees=trees)
+    def leaves(self, X, *, xp, trees=None, missing=False):
+        """Leaf of every row of ``X`` in every tree (a slice): (T, n);
+        ``missing``: ``X`` holds NaN (routed by ``missing_go_to_left``)."""
+        return route(X, self.table, xp=xp, trees=trees, missing=missing)
 
-    def chunks(self, X, *, xp, max_elements=1 << 19):
+    def chunks(self, X, *, xp, max_elements=1 << 19, missing=False):
         """Yield ``(first tree, leaf values (T_c, n, ...))`` over chunks of
         trees holding about ``max_elements`` (tree, row, value) entries each:
         small enough to stay in cache on a CPU."""
@@ -65,14 +67,21 @@ class TreeStack:
         per_chunk = max(1, max_elements // max(1, n * k))
         for a in range(0, self.n_trees, per_chunk):
             b = min(self.n_trees, a + per_chunk)
-            leaves = self.leaves(X, xp=xp, trees=slice(a, b))
+            leaves = self.leaves(X, xp=xp, trees=slice(a, b), missing=missing)
             rows = xp.take(self.value, xp.reshape(leaves, (-1,)), axis=0)
             yield a, xp.reshape(rows, (b - a, n) + tuple(rows.shape[1:]))
 
 
 def host_tree(est) -> dict:
     """A fitted tree estimator's arrays as host NumPy (a dict, plus ``max_depth``)."""
-    t = {k: to_numpy(getattr(est, f"tree_{k}_")) for k in TREE_ARRAYS}
+    t = {
+        k: to_numpy(getattr(est, f"tree_{k}_"))
+        for k in TREE_ARRAYS
+        if hasattr(est, f"tree_{k}_")
+    }
+    if "missing_go_to_left" not in t:  # fitted before missing values were known
+        n = t["children_left"]
+        t["missing_go_to_left"] = np.zeros(len(n), dtype=np.int64)
     t["max_depth"] = est.max_depth_
     return t
 
@@ -101,15 +110,22 @@ def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
         np.asarray([t["max_depth"] for t in trees]),
         xp=hnp,
         roots=offs,
+        missing_left=np.concatenate([_missing_left(t) for t in trees]).astype(bool),
     )
     return TreeStack(*_upload(host, value, xp, dev), tuple(sources), _where(xp, dev))
+
+
+def _missing_left(t):
+    ml = t.get("missing_go_to_left")
+    return np.zeros(len(t["feature"]), dtype=bool) if ml is None else ml
 
 
 def _upload(host, value, xp, dev):
     """Move a host table and values in one upload: node indices ride in the
     float array when it holds them exactly (else a second, integer upload)."""
     N, T = int(host.feature.shape[0]), int(host.roots.shape[0])
-    ints = np.concatenate([host.feature, host.kids, host.roots])
+    mr = host.missing_right.astype(np.int64)
+    ints = np.concatenate([host.feature, host.kids, host.roots, mr])
     floats = np.concatenate([host.threshold, value.reshape(-1)])
     exact = 2 ** (np.finfo(floats.dtype).nmant + 1)
     if ints.size and int(ints.max()) < exact:
@@ -120,7 +136,13 @@ def _upload(host, value, xp, dev):
     kids = ints[N : 3 * N]
     leaf = kids[0::2] == xp.arange(N, dtype=kids.dtype, device=dev)  # self-loops
     table = RoutingTable(
-        ints[:N], flts[:N], kids, leaf, ints[3 * N : 3 * N + T], host.depths
+        ints[:N],
+        flts[:N],
+        kids,
+        leaf,
+        ints[3 * N : 3 * N + T],
+        host.depths,
+        ints[3 * N + T :] == 1,
     )
     return table, xp.reshape(flts[N:], value.shape)
 

@@ -41,6 +41,8 @@ from xpml.utils._array_api import memory_budget
 
 __all__ = [
     "check_array",
+    "check_finite_allow_nan",
+    "AllowNaN",
     "check_consistent_length",
     "check_sample_weight",
     "check_random_state",
@@ -219,8 +221,9 @@ def check_array(
         integer and float data as it is; None skips dtype handling.
     requested : {"float32", "float64"} or None
         A dtype forced by the backend setting.
-    ensure_finite : bool
-        Reject NaN and infinity.
+    ensure_finite : bool or AllowNaN
+        Reject NaN and infinity; an :class:`AllowNaN` rejects infinity only
+        and records whether ``X`` holds NaN (missing values).
     min_samples, min_features : int
         Smallest allowed numbers of rows and columns.
     """
@@ -261,7 +264,11 @@ def check_array(
         )
     if dtype is not None:
         X = _cast(X, xp, dtype, requested, name)
-    if ensure_finite and xp.isdtype(X.dtype, ("real floating", "complex floating")):
+    if isinstance(ensure_finite, AllowNaN):
+        ensure_finite.found = check_finite_allow_nan(
+            X, xp=xp, name=name, owner=ensure_finite.owner
+        )
+    elif ensure_finite and xp.isdtype(X.dtype, ("real floating", "complex floating")):
         _assert_finite(X, xp, name)
     return X
 
@@ -302,6 +309,31 @@ def _assert_finite(X, xp, name):
         f"Input {name} contains infinity or a value too large for its dtype; "
         f"xpml estimators need finite values in {name}"
     )
+
+
+class AllowNaN:
+    """``ensure_finite`` of :func:`check_array` (and of the estimators'
+    ``_validate_fit_data`` / ``_validate_predict_data``) for estimators that
+    take missing values: NaN is accepted, infinity refused; after the call,
+    ``found`` says whether ``X`` held NaN."""
+
+    def __init__(self, owner="this estimator"):
+        self.owner = owner
+        self.found = False
+
+
+def check_finite_allow_nan(X, *, xp, name="X", owner="this estimator") -> bool:
+    """Reject infinity in ``X`` but accept NaN (missing values); return
+    whether ``X`` holds NaN. One host sync when ``X`` is finite (as
+    :func:`check_array`'s finiteness check), one more otherwise."""
+    if not xp.isdtype(X.dtype, "real floating") or bool(xp.all(xp.isfinite(X))):
+        return False
+    if bool(xp.any(xp.isinf(X))):
+        raise ValueError(
+            f"Input {name} contains infinity or a value too large for its dtype; "
+            f"{owner} accepts NaN (missing values) in {name} but not infinity"
+        )
+    return True
 
 
 def feature_names(X):
