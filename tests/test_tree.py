@@ -7,6 +7,8 @@ scikit-learn's tree, averaged over three stratified splits (70/30) because
 scikit-learn breaks exact ties between features by a random order.
 """
 
+import pickle
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_wine
@@ -1277,3 +1279,19 @@ def test_absolute_error_with_missing_values_is_refused_clearly():
     X[3, 0] = np.nan
     with pytest.raises(ValueError, match="absolute_error.*missing values"):
         DecisionTreeRegressor(criterion="absolute_error").fit(X, np.arange(10.0))
+
+
+def test_tree_fitted_before_missing_values_still_predicts_and_shows_tree_():
+    """A tree fitted before ``tree_missing_go_to_left_`` existed (an older
+    pickle: the attribute absent) still predicts, with NaN too, and its
+    ``tree_`` view reports no missing-value directions."""
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 3))
+    y = (X[:, 0] > 0.5).astype(np.int64)
+    old = DecisionTreeClassifier(random_state=0).fit(X, y)
+    expected = old.predict(X)
+    del old.tree_missing_go_to_left_
+    old = pickle.loads(pickle.dumps(old))  # drops the cached device stack
+    np.testing.assert_array_equal(old.predict(X), expected)
+    assert not np.asarray(old.tree_.missing_go_to_left).any()
+    assert old.tree_.node_count == old.node_count_

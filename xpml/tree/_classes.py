@@ -214,8 +214,14 @@ class _BaseDecisionTree(BaseEstimator):
         """The fitted arrays under scikit-learn's ``tree_`` names (read-only view)."""
         if not hasattr(self, "tree_feature_"):
             raise AttributeError("tree_ exists after fit")
+        host = self._host_tree()  # fills arrays that older fits lack
         t = types.SimpleNamespace(
-            **{k: getattr(self, f"tree_{k}_") for k in _TREE_ARRAYS}
+            **{
+                k: getattr(self, f"tree_{k}_")
+                if hasattr(self, f"tree_{k}_")
+                else host[k]
+                for k in _TREE_ARRAYS
+            }
         )
         t.node_count, t.max_depth, t.n_leaves = (
             self.node_count_,
