@@ -212,3 +212,21 @@ def test_a_long_cpu_call_needs_no_warm_up_after_its_cold_call(monkeypatch):
     finally:
         b.close()
     assert r.xpml_cold_s >= 0.01 and r.repeats == 3 and len(calls) == 3
+
+
+def test_a_side_whose_cold_process_dies_is_not_run_in_the_bench_process():
+    """A reference that crashes its process (as OpenBLAS's dpotrf does at large
+    n) is reported, and not re-run in the bench's own process, which the crash
+    would take down."""
+    import os
+    import signal
+
+    b = _bench(repeats=1)
+    try:
+        r = b.compare(
+            "t", "c", 1, lambda: None, lambda: os.kill(os.getpid(), signal.SIGKILL)
+        )
+    finally:
+        b.close()
+    assert r.xpml_s is not None and r.ref_s is None and r.ref_cold_s is None
+    assert r.ref_cold.get("died") and "its cold process died" in r.note

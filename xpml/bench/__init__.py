@@ -330,6 +330,10 @@ class Bench:
         import xpml
 
         warmup, repeats = plan["warmup"], plan["repeats"]
+        if cold.get("died"):  # a crash (e.g. in a native library) would take
+            # this process with it: not run here
+            notes.append(f"{side}: its cold process died; not run in this one")
+            return None, 0
         if once:
             if cold.get("ok") or cold.get("timed_out_after_s"):
                 return None, 0

@@ -263,7 +263,11 @@ class ColdRunner:
                 with open(result) as fh:
                     return json.load(fh)
             except (OSError, ValueError):
-                return {"ok": False, "error": "the process died before reporting"}
+                return {
+                    "ok": False,
+                    "error": "the process died before reporting",
+                    "died": True,
+                }
         finally:
             for p in (payload, result):
                 with contextlib.suppress(OSError):
