@@ -278,13 +278,30 @@ def test_export_text_truncates():
 
 
 # ------------------------------------------------------------------ issue 13
+def _check_fit_and_predict_budget(est, X, target):
+    """Under the torch backend: the fit's syncs stay within one per node block
+    (plus a handful per fit), syncs and uploads within three per block, and a
+    second prediction neither syncs nor uploads."""
+    from xpml.testing import count_syncs
+
+    with count_syncs() as c:
+        est.fit(X, target)
+    blocks = est._grow_stats["node_blocks"] + est._grow_stats["redraws"]
+    assert blocks >= est.max_depth_
+    assert c.syncs <= blocks + 3, (dict(c.by_kind), blocks)
+    assert c.syncs + c.uploads <= 3 * blocks + 3, (dict(c.by_kind), blocks)
+    est.predict(X)
+    with count_syncs() as c:
+        est.predict(X)
+    assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+
+
 def test_fit_syncs_per_node_block_and_predict_uploads_nothing():
     """Under torch: one upload and one download per block of nodes searched
     together (two uploads for regression: the node means), a handful more per
     fit; prediction reuses the tree kept on the device."""
     pytest.importorskip("torch")
     import xpml
-    from xpml.testing import count_syncs
 
     X, y = _data("breast_cancer")
     with xpml.backend("torch"):
@@ -294,16 +311,7 @@ def test_fit_syncs_per_node_block_and_predict_uploads_nothing():
             (DecisionTreeRegressor(criterion="absolute_error", max_depth=6), X[:, 0]),
             (DecisionTreeClassifier(max_features=5, random_state=0), y),
         ):
-            with count_syncs() as c:
-                est.fit(X, target)
-            blocks = est._grow_stats["node_blocks"] + est._grow_stats["redraws"]
-            assert blocks >= est.max_depth_
-            assert c.syncs <= blocks + 3, (dict(c.by_kind), blocks)
-            assert c.syncs + c.uploads <= 3 * blocks + 3, (dict(c.by_kind), blocks)
-            est.predict(X)
-            with count_syncs() as c:
-                est.predict(X)
-            assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+            _check_fit_and_predict_budget(est, X, target)
 
 
 def test_block_size_does_not_change_the_tree():
@@ -970,7 +978,6 @@ def test_multi_output_fit_syncs_per_node_block():
     block, a handful more per fit) and prediction uploads nothing."""
     pytest.importorskip("torch")
     import xpml
-    from xpml.testing import count_syncs
 
     X, Y, R, _ = _multi_output_data(5, n=200)
     with xpml.backend("torch"):
@@ -979,16 +986,7 @@ def test_multi_output_fit_syncs_per_node_block():
             (DecisionTreeRegressor(), R),
             (DecisionTreeClassifier(max_features=2, random_state=0), Y),
         ):
-            with count_syncs() as c:
-                est.fit(X, target)
-            blocks = est._grow_stats["node_blocks"] + est._grow_stats["redraws"]
-            assert blocks >= est.max_depth_
-            assert c.syncs <= blocks + 3, (dict(c.by_kind), blocks)
-            assert c.syncs + c.uploads <= 3 * blocks + 3, (dict(c.by_kind), blocks)
-            est.predict(X)
-            with count_syncs() as c:
-                est.predict(X)
-            assert c.syncs == 0 and c.uploads == 0, dict(c.by_kind)
+            _check_fit_and_predict_budget(est, X, target)
 
 
 def test_absolute_error_with_2d_y_is_refused_clearly():

@@ -504,15 +504,7 @@ def encode_labels(y, *, name="y", min_classes=2):
     codes : array (n,)
         Integer codes, in ``y``'s library.
     """
-    if y is None:
-        raise ValueError(f"{name} is None; this estimator needs class labels")
-    if is_sparse(y):
-        raise TypeError(
-            f"{name} is a SciPy sparse {type(y).__name__}; class labels must be a "
-            f"dense 1-D array (sparse {name} is not supported, as in scikit-learn)"
-        )
-    if not array_api_compat.is_array_api_obj(y):
-        y = np.asarray(y)
+    y = _dense_labels(y, name, "dense 1-D array")
     shape = tuple(y.shape)
     if len(shape) == 2 and shape[1] == 1:
         _warn_column_vector(name)
@@ -568,6 +560,19 @@ def is_multi_output(y):
     return shape is not None and len(shape) == 2 and shape[1] > 1
 
 
+def _dense_labels(y, name, what):
+    """``y`` as an array (array-likes through NumPy); None and SciPy sparse
+    labels refused with errors naming ``name`` (``what``: the allowed form)."""
+    if y is None:
+        raise ValueError(f"{name} is None; this estimator needs class labels")
+    if is_sparse(y):
+        raise TypeError(
+            f"{name} is a SciPy sparse {type(y).__name__}; class labels must be a "
+            f"{what} (sparse {name} is not supported, as in scikit-learn)"
+        )
+    return y if array_api_compat.is_array_api_obj(y) else np.asarray(y)
+
+
 def encode_label_columns(y, *, name="y"):
     """Per-output class codes of a 2-D ``y`` (n, n_outputs): each column
     encoded by :func:`encode_labels` (a column may hold a single class).
@@ -579,15 +584,7 @@ def encode_label_columns(y, *, name="y"):
     codes : int64 array (n, n_outputs)
         In ``y``'s library (NumPy for strings or array-likes).
     """
-    if y is None:
-        raise ValueError(f"{name} is None; this estimator needs class labels")
-    if is_sparse(y):
-        raise TypeError(
-            f"{name} is a SciPy sparse {type(y).__name__}; class labels must be a "
-            f"dense array (sparse {name} is not supported, as in scikit-learn)"
-        )
-    if not array_api_compat.is_array_api_obj(y):
-        y = np.asarray(y)
+    y = _dense_labels(y, name, "dense array")
     if len(y.shape) != 2:
         raise ValueError(
             f"{name} must be a 2-D array of class labels (n_samples, n_outputs); "
