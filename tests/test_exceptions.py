@@ -1,5 +1,5 @@
-"""xpml's errors and warnings are scikit-learn's classes too, whether or not
-scikit-learn was imported first (checked in fresh processes)."""
+"""xpml's errors and warnings are scikit-learn's classes too where scikit-learn
+has been imported; xpml never imports it (checked in fresh processes)."""
 
 from __future__ import annotations
 
@@ -24,21 +24,38 @@ def _fresh(code):
     return r.stdout
 
 
-def test_not_fitted_is_sklearns_without_importing_it_first():
+def test_errors_and_warnings_before_and_after_importing_sklearn():
     out = _fresh(
         """
-        import sys, numpy as np
-        from xpml.linear_model import Ridge
-        assert "sklearn" not in sys.modules, "xpml imported scikit-learn"
-        try:
-            Ridge().predict(np.ones((2, 2)))
-        except Exception as exc:
-            caught = exc
+        import sys, warnings, numpy as np
+        from xpml.exceptions import ConvergenceWarning, NotFittedError
+        from xpml.linear_model import Lasso, Ridge
+
+        def not_fitted():
+            try:
+                Ridge().predict(np.ones((2, 2)))
+            except NotFittedError as exc:
+                return exc
+
+        def convergence_warning():
+            rng = np.random.default_rng(0)
+            X, y = rng.normal(size=(40, 8)), rng.normal(size=40)
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                Lasso(alpha=1e-4, max_iter=1, tol=1e-12).fit(X, y)
+            return [w.category for w in record]
+
+        early, early_warned = not_fitted(), convergence_warning()
+        assert "sklearn" not in sys.modules, "a fit or a NotFittedError imported it"
+        assert isinstance(early, AttributeError) and isinstance(early, ValueError)
+        assert [issubclass(c, ConvergenceWarning) for c in early_warned] == [True]
         import sklearn.exceptions as sk
-        from xpml.exceptions import NotFittedError
-        assert isinstance(caught, sk.NotFittedError), type(caught).__mro__
-        assert isinstance(caught, NotFittedError)
-        assert isinstance(caught, AttributeError) and isinstance(caught, ValueError)
+        late, late_warned = not_fitted(), convergence_warning()
+        assert isinstance(late, sk.NotFittedError) and isinstance(late, NotFittedError)
+        assert [issubclass(c, sk.ConvergenceWarning) for c in late_warned] == [True]
+        assert [issubclass(c, ConvergenceWarning) for c in late_warned] == [True]
+        # made before the import: xpml's class only (the documented rule)
+        assert not isinstance(early, sk.NotFittedError)
         print("ok")
         """
     )

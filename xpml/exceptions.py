@@ -1,13 +1,21 @@
 """Exceptions and warnings raised by xpml.
 
-Where scikit-learn is installed, what xpml raises or warns with is also an
+Where scikit-learn has been imported, what xpml raises or warns with is also an
 instance of scikit-learn's class of the same name (``NotFittedError``,
-``ConvergenceWarning``, ``DataConversionWarning``), whether or not scikit-learn
-was imported first: ``except sklearn.exceptions.NotFittedError``,
-``pytest.warns(sklearn.exceptions.ConvergenceWarning)`` and warning filters
-written for scikit-learn see xpml's. xpml imports ``sklearn.exceptions`` only
-when it raises or warns with one of these (never at import time), so a
-program that never hits one pays nothing.
+``ConvergenceWarning``, ``DataConversionWarning``): ``except
+sklearn.exceptions.NotFittedError``, ``pytest.warns(sklearn.exceptions.
+ConvergenceWarning)`` and warning filters written for scikit-learn see
+xpml's.
+
+The rule: the class is chosen when xpml raises or warns, by whether
+``sklearn`` is in ``sys.modules`` then. xpml never imports scikit-learn itself
+(importing it takes seconds, which a first ``fit`` that stops early would
+otherwise pay). Code that names scikit-learn's class has imported scikit-learn,
+so filters, ``pytest.warns`` and ``except`` clauses written with it always
+match. Only an error or warning made *before* any scikit-learn import and
+tested against scikit-learn's class *after* one (e.g. a recorded warning) is
+xpml's class alone; it is always an instance of xpml's class
+(``xpml.exceptions.ConvergenceWarning`` and the others), whatever was imported.
 """
 
 __all__ = [
@@ -22,7 +30,6 @@ __all__ = [
     "not_fitted_error",
 ]
 
-import importlib.util as _importlib_util
 import sys as _sys
 import warnings as _warnings
 
@@ -64,15 +71,16 @@ _bridged: dict = {}
 
 
 def _sklearn_exceptions():
-    """scikit-learn's exceptions module when scikit-learn is installed, else None."""
+    """scikit-learn's exceptions module when scikit-learn has been imported in
+    this process, else None (never imports scikit-learn: see the module notes)."""
     sk = _sys.modules.get("sklearn.exceptions")
-    if sk is None and _importlib_util.find_spec("sklearn") is not None:
-        import sklearn.exceptions as sk
+    if sk is None and "sklearn" in _sys.modules:  # a partial import of sklearn
+        import sklearn.exceptions as sk  # a small module without imports
     return sk
 
 
 def _bridge(ours):
-    """``ours``, or where scikit-learn is installed a subclass of both ``ours``
+    """``ours``, or where scikit-learn has been imported a subclass of both ``ours``
     and scikit-learn's class of the same name (or, for a subclass such as
     :class:`SeparableDataWarning`, of the bridged parent)."""
     sk = _sklearn_exceptions()
