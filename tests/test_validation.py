@@ -8,6 +8,7 @@ from xpml.utils.validation import (
     check_consistent_length,
     check_random_state,
     check_sample_weight,
+    check_squares_finite,
     encode_labels,
 )
 
@@ -108,3 +109,26 @@ def test_finite_check_when_the_sum_overflows(xp, dtype):
     X = np.full((2, 2), -big, dtype=dtype)
     X[0, 0] = big  # +max and -max: the sum of the finite entries is -inf
     check_array(xp.asarray(X), xp=xp.xp)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_squares_check_around_its_bound(xp, dtype):
+    """Entries within ±√(max / 2d) pass without squaring; beyond, a row whose
+    sum of squares overflows is named, one that does not still passes."""
+    d, big = 4, float(np.finfo(dtype).max)
+    bound = np.sqrt(big / (2 * d))
+    X = np.full((3, d), bound, dtype=dtype)
+    X[1] = -bound
+    check_squares_finite(xp.asarray(X), xp=xp.xp)
+    X[0] = 0.9 * np.sqrt(big / d)  # beyond the bound; the squares sum to 0.81 max
+    check_squares_finite(xp.asarray(X), xp=xp.xp)
+    X[2, 1] = -1.1 * np.sqrt(big / d)  # row 2: 1.21 max / d + 3 max / 8d: finite
+    check_squares_finite(xp.asarray(X), xp=xp.xp)
+    X[2] = -1.1 * np.sqrt(big / d)  # row 2: 1.21 max: overflows
+    with pytest.raises(ValueError, match="KMeans: squared distances of Z overflow"):
+        check_squares_finite(xp.asarray(X), xp=xp.xp, name="Z", owner="KMeans")
+    X[2] = 1.0
+    X[2, 0] = np.nan  # not finite: checked square by square, refused as before
+    with pytest.raises(ValueError, match="entries up to nan"):
+        check_squares_finite(xp.asarray(X), xp=xp.xp)
+    check_squares_finite(xp.asarray(np.ones((3, 0), dtype=dtype)), xp=xp.xp)

@@ -28,6 +28,7 @@ sparse array (not SciPy) is refused by name.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 
@@ -37,7 +38,7 @@ import numpy as np
 from xpml._backend import float_dtype, library_name, to_numpy
 from xpml.exceptions import data_conversion_warning, not_fitted_error
 from xpml.utils._array_api import device as array_device
-from xpml.utils._array_api import memory_budget
+from xpml.utils._array_api import finfo, memory_budget
 
 __all__ = [
     "check_array",
@@ -418,10 +419,18 @@ def check_squares_finite(X, *, xp, name="X", owner="this estimator"):
     Distance-based estimators (neighbours, k-means, linkage) compute
     ``‖x‖² + ‖z‖² − 2 x·z``; with entries near the dtype's maximum (X × 1e300)
     the squares are ``inf`` and every neighbour or centre is wrong. One host
-    synchronisation per call.
+    synchronisation per call (two for entries beyond ``√(max / 2d)``).
     """
-    if len(X.shape) != 2 or X.shape[0] == 0:
+    if len(X.shape) != 2 or X.shape[0] == 0 or X.shape[1] == 0:
         return
+    # No temporary the size of X in the common case (issue 16: a first call
+    # pages a fresh one in): entries within ±√(max / 2d) cannot overflow a
+    # row's sum of squares (d squares of at most max / 2d, rounding included);
+    # only data beyond that bound (or NaN) is checked square by square.
+    if xp.isdtype(X.dtype, "real floating"):
+        bound = math.sqrt(float(finfo(X.dtype, xp).max) / (2 * X.shape[1]))
+        if float(xp.max(xp.stack([xp.max(X), -xp.min(X)]))) <= bound:
+            return
     if not bool(xp.all(xp.isfinite(xp.sum(X * X, axis=1)))):
         big = float(xp.max(xp.abs(X)))
         raise ValueError(
