@@ -751,16 +751,93 @@ def rbf_taylor_features(x, *, gamma=1.0, order=10):
     return ctx.out(xp.exp(-gamma * x * x)[:, None] * xp.stack(cols, axis=1))
 
 
-def kernel_dot(X, Y, kernel, params, right, /, *, xp):
-    """``K(X, Y) @ right`` computed in row blocks of ``X`` under the memory
-    budget, never holding the whole ``K`` (prediction of kernel models)."""
-    rows = block_rows_for(
-        int(Y.shape[0]), int(Y.shape[1]), _itemsize_of(X.dtype, xp), kernel=kernel
-    )
+# rows of one kernel block in kernel_dot's NumPy path: one buffer of about
+# this many bytes, reused by every block (cache-sized; see _kernel_dot_numpy)
+_DOT_BLOCK_BYTES = 2 * 2**20
+# kernels whose block kernel_dot's NumPy path writes into its reused buffer
+_DOT_IN_PLACE = ("linear", "poly", "sigmoid", "rbf")
+
+
+def kernel_dot(X, Y, kernel, params, right, /, *, xp, block_rows=None):
+    """``K(X, Y) @ right`` computed in row blocks of ``X``, never holding the
+    whole ``K`` (prediction of kernel models).
+
+    Blocks have at most ``block_rows`` rows (default: as many as the memory
+    budget allows, :func:`block_rows_for`); on NumPy they are smaller still
+    (see :func:`_kernel_dot_numpy`).
+    """
+    if block_rows is None:
+        block_rows = block_rows_for(
+            int(Y.shape[0]), int(Y.shape[1]), _itemsize_of(X.dtype, xp), kernel=kernel
+        )
+    impl = dispatch("kernels.kernel_dot", xp)
+    return impl(X, Y, kernel, params, right, xp=xp, block_rows=block_rows)
+
+
+def _kernel_dot_example(kernel, right_cols):
+    def example():
+        rng = np.random.default_rng(0)
+        X, Y = rng.standard_normal((70, 5)), rng.standard_normal((40, 5))
+        p = {"gamma": 0.3, "coef0": 0.5, "degree": 3.0}
+        right = rng.standard_normal((40, *right_cols))
+        return (X, Y, kernel, p, right), {"xp": None, "block_rows": 16}
+
+    return example
+
+
+@portable("kernels.kernel_dot")
+def _kernel_dot_portable(X, Y, kernel, params, right, /, *, xp, block_rows):
+    """One fresh kernel block per ``block_rows`` rows, times ``right``."""
     parts = [
         Kb @ right
         for _, _, Kb in iter_kernel_blocks(
-            X, Y, kernel, params, xp=xp, block_rows=rows, symmetric=False
+            X, Y, kernel, params, xp=xp, block_rows=block_rows, symmetric=False
         )
     ]
     return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
+
+
+@fast_path("kernels.kernel_dot", "numpy", example=_kernel_dot_example("rbf", (3,)))
+@fast_path("kernels.kernel_dot", "numpy", example=_kernel_dot_example("rbf", ()))
+@fast_path("kernels.kernel_dot", "numpy", example=_kernel_dot_example("poly", (2,)))
+@fast_path("kernels.kernel_dot", "numpy", example=_kernel_dot_example("sigmoid", ()))
+@fast_path("kernels.kernel_dot", "numpy", example=_kernel_dot_example("linear", (1,)))
+def _kernel_dot_numpy(X, Y, kernel, params, right, /, *, xp, block_rows):
+    """The same products, each block written into one reused buffer of about
+    ``_DOT_BLOCK_BYTES`` and its product straight into the output.
+
+    Issue 16: a fresh ``block_rows × m`` block per call (16 MB for SVC) is
+    memory the process has to map and fault in on its first call; one small
+    buffer is faulted in once and stays in cache between the kernel's passes
+    (product, clamp, ``exp``, product with ``right``). Each row's values are
+    the ones :func:`_kernel_block` computes (the same factors and operations).
+    """
+    if not (isinstance(kernel, str) and kernel in _DOT_IN_PLACE):
+        return _kernel_dot_portable(
+            X, Y, kernel, params, right, xp=xp, block_rows=block_rows
+        )
+    n, m = int(X.shape[0]), int(Y.shape[0])
+    rows = max(1, min(block_rows, _DOT_BLOCK_BYTES // (X.dtype.itemsize * max(m, 1))))
+    out = np.empty((n, *right.shape[1:]), dtype=np.result_type(X.dtype, right.dtype))
+    buf = np.empty((min(rows, n), m), dtype=X.dtype)
+    if kernel == "rbf":
+        L, R = _rbf_factors(X, Y, params["gamma"], xp=xp)
+    else:
+        L, R = X, Y
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        E = np.matmul(L[start:stop], R.T, out=buf[: stop - start])
+        if kernel == "rbf":
+            _clamp_exp_numpy(E, xp=xp, inplace=True)
+        elif kernel != "linear":
+            _dot_kernel_numpy(
+                E,
+                xp=xp,
+                gamma=params["gamma"],
+                coef0=params["coef0"],
+                degree=params["degree"],
+                kind=kernel,
+                inplace=True,
+            )
+        np.matmul(E, right, out=out[start:stop])
+    return out

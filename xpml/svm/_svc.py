@@ -14,7 +14,7 @@ from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, not_fitted_error, warn
-from xpml.kernels import iter_kernel_blocks, kernel_matrix, resolve_kernel_params
+from xpml.kernels import kernel_dot, kernel_matrix, resolve_kernel_params
 from xpml.svm._platt import pairwise_coupling, sigmoid_fit, sigmoid_predict
 from xpml.svm._smo import KernelRows, PrecomputedRows, SMOOptions, smo_solve
 from xpml.utils._array_api import device, memory_budget
@@ -631,22 +631,19 @@ class SVC(ClassifierMixin, BaseEstimator):
             )
         return super()._validate_predict_data(X, **kwargs)
 
-    def _kernel_blocks_to_sv(self, X, ctx):
-        """Yield ``(start, stop, K(X[start:stop], support vectors))``: row blocks
-        of about ``_PREDICT_BLOCK_BYTES``, so ``n × n_SV`` is never held whole."""
+    def _kernel_to_sv_dot(self, X, W, ctx):
+        """``K(X, support vectors) @ W`` in row blocks of about
+        ``_PREDICT_BLOCK_BYTES`` (smaller on NumPy: :func:`kernel_dot`), so
+        ``n × n_SV`` is never held whole."""
         xp = ctx.xp
-        n = int(X.shape[0])
         if self.kernel == "precomputed":
-            yield 0, n, xp.take(X, ctx.take(self.support_), axis=1)
-            return
+            return xp.take(X, ctx.take(self.support_), axis=1) @ W
         kernel, kparams = self._predict_kernel()
         SV = ctx.take(self.support_vectors_)
         nsv = max(1, int(SV.shape[0]))
         block_bytes = min(_PREDICT_BLOCK_BYTES, memory_budget())
-        rows = max(1, min(n, block_bytes // (8 * nsv)))
-        yield from iter_kernel_blocks(
-            X, SV, kernel, kparams, xp=xp, block_rows=rows, symmetric=False
-        )
+        rows = max(1, min(int(X.shape[0]), block_bytes // (8 * nsv)))
+        return kernel_dot(X, SV, kernel, kparams, W, xp=xp, block_rows=rows)
 
     def _predict_kernel(self):
         if callable(self.kernel):
@@ -695,8 +692,7 @@ class SVC(ClassifierMixin, BaseEstimator):
                 for i, j in _pairs(k)
             ]
             W = xp.stack(cols, axis=1)
-        parts = [Kb @ W + b[None, :] for _, _, Kb in self._kernel_blocks_to_sv(X, ctx)]
-        return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
+        return self._kernel_to_sv_dot(X, W, ctx) + b[None, :]
 
     def _pair_onehots(self, raw, xp):
         """``(n_pairs, k)`` one-hot matrices of each pair's first and second class."""
