@@ -15,6 +15,11 @@ against LIBLINEAR's dual coordinate descent, ``dual=True`` on both sides, same
 LIBLINEAR is single-threaded, so the suite runs xpml with one BLAS thread too
 (``threadpoolctl``; ``XPML_BENCH_LINEAR_SVC_BLAS_THREADS`` changes it).
 ``DEFAULT = False``: the hinge cases at n = 100 000 take minutes.
+
+``XPML_BENCH_LINEAR_SVC_SOLVERS`` (comma-separated, default ``newton,dcd``)
+picks the solvers timed: the "dcd" cases run a Python loop per block on the
+host and take several times LIBLINEAR's minutes (``newton`` alone keeps the
+suite to the default solver's rows).
 """
 
 import contextlib
@@ -58,32 +63,53 @@ def _ref_fit(loss, X, y, notes, *, dual="auto", max_iter=1000):
     return est
 
 
+def _solvers():
+    names = os.environ.get("XPML_BENCH_LINEAR_SVC_SOLVERS", "newton,dcd")
+    chosen = {s.strip() for s in names.split(",") if s.strip()}
+    unknown = chosen - {"newton", "dcd"}
+    if unknown or not chosen:
+        raise ValueError(
+            "XPML_BENCH_LINEAR_SVC_SOLVERS must list 'newton' and/or 'dcd' "
+            f"(comma-separated); got {names!r}"
+        )
+    return chosen
+
+
 def run(bench):
     with _blas_threads():
         _run(bench)
 
 
 def _run(bench):
-    from xpml.svm import LinearSVC
-
+    solvers = _solvers()
     for n in bench.sizes([20_000, 100_000], [2_000]):
         for d in DIMS if not bench.quick else DIMS[:1]:
             X, y = _data(n, d)
             Xb, yb = bench.to_backend(X, y)
             for loss in ("squared_hinge", "hinge"):
-                notes = set()
-                r = bench.compare(
-                    SUITE,
-                    f"LinearSVC.fit {loss} d={d}",
-                    n,
-                    lambda loss=loss: LinearSVC(loss=loss).fit(Xb, yb),
-                    lambda loss=loss: _ref_fit(loss, X, y, notes),
-                    params={"d": d, "loss": loss, "C": 1.0, "tol": 1e-4},
-                    repeats=3,
-                    once=n > 20_000,  # the long cases: one cold call each
-                )
-                r.note = "; ".join(sorted(notes))  # known once the reference ran
-                _dcd_case(bench, n, d, loss, (X, y, Xb, yb))
+                if "newton" in solvers:
+                    _newton_case(bench, n, d, loss, (X, y, Xb, yb))
+                if "dcd" in solvers:
+                    _dcd_case(bench, n, d, loss, (X, y, Xb, yb))
+
+
+def _newton_case(bench, n, d, loss, data):
+    """The default solver against LIBLINEAR's default for the loss."""
+    from xpml.svm import LinearSVC
+
+    X, y, Xb, yb = data
+    notes = set()
+    r = bench.compare(
+        SUITE,
+        f"LinearSVC.fit {loss} d={d}",
+        n,
+        lambda: LinearSVC(loss=loss).fit(Xb, yb),
+        lambda: _ref_fit(loss, X, y, notes),
+        params={"d": d, "loss": loss, "C": 1.0, "tol": 1e-4},
+        repeats=3,
+        once=n > 20_000,  # the long cases: one cold call each
+    )
+    r.note = "; ".join(sorted(notes))  # known once the reference ran
 
 
 def _dcd_case(bench, n, d, loss, data):
