@@ -671,3 +671,64 @@ def test_kd_tree_scipy_fast_path_is_exact(p, rng):
             d, i = search(tree, Xt, Qt, k, xp=np, p=p)
             np.testing.assert_array_equal(i, want_i)
             np.testing.assert_array_equal(d, want_d)
+
+
+def _many_duplicates():
+    """More than k exact copies of one point (3k + 2 of them, two at the end of
+    the training set, where a product's edge kernel rounds them differently),
+    queries at it, beside it, and elsewhere; k = 5. Before issue 14's fix the
+    exhaustive search kept a larger index here (its Gram scores preselected)."""
+    rng = np.random.default_rng(37)
+    n, d, k = 334, 3, 5
+    X = rng.normal(size=(n, d))
+    point = 3 * rng.normal(size=d)
+    copies = np.concatenate(
+        [rng.choice(n - 2, size=3 * k, replace=False), [n - 2, n - 1]]
+    )
+    X[copies] = point
+    Q = np.concatenate([np.repeat(point[None], 9, 0), rng.normal(size=(40, d))])
+    far = X[np.argmax(((X - point) ** 2).sum(axis=1))]
+    Q = np.concatenate([Q, [(point + far) / 2, point + 1e-9]])
+    return X, Q, k
+
+
+def test_many_exact_duplicates_follow_the_tie_rule(xp):
+    # brute force (NumPy's chunked fast path; the portable search on the other
+    # backends), the k-d tree and its portable search all return the k
+    # smallest by (direct squared distance, index)
+    from xpml.neighbors._search import _exact_kd_portable, build_kd_tree
+
+    X, Q, k = _many_duplicates()
+    R = ((X[None, :, :] - Q[:, None, :]) ** 2).sum(axis=2)
+    want_i = np.argsort(R, axis=1, kind="stable")[:, :k]
+    want_d = np.sqrt(np.take_along_axis(R, want_i, axis=1))
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(xp.asarray(X))
+    d, i = nn.kneighbors(xp.asarray(Q))
+    np.testing.assert_array_equal(xp.to_numpy(i), want_i)
+    np.testing.assert_allclose(xp.to_numpy(d), want_d, rtol=1e-12, atol=1e-12)
+    d, i = NearestNeighbors(n_neighbors=k, algorithm="kd_tree").fit(X).kneighbors(Q)
+    np.testing.assert_array_equal(i, want_i)
+    _, i = _exact_kd_portable(build_kd_tree(X, 16), X, Q, k, xp=np)
+    np.testing.assert_array_equal(i, want_i)
+
+
+def test_kd_tree_scipy_proposer_built_once_per_fit_and_not_saved(rng):
+    import pickle
+
+    X, Q = rng.normal(size=(300, 3)), rng.normal(size=(20, 3))
+    nn = NearestNeighbors(n_neighbors=4, algorithm="kd_tree").fit(X)
+    d0, i0 = nn.kneighbors(Q)
+    proposer = nn._cache_kd_search["ckdtree"]
+    d1, i1 = nn.kneighbors(Q)
+    assert nn._cache_kd_search["ckdtree"] is proposer  # reused, not rebuilt
+    np.testing.assert_array_equal(i1, i0)
+    loaded = pickle.loads(pickle.dumps(nn))
+    assert "_cache_kd_search" not in loaded.__dict__
+    d2, i2 = loaded.kneighbors(Q)
+    np.testing.assert_array_equal(i2, i0)
+    np.testing.assert_array_equal(d2, d0)
+    # a refit on other data builds a new tree
+    nn.fit(X[::-1])
+    assert "_cache_kd_search" not in nn.__dict__
+    _, i3 = nn.kneighbors(Q)
+    np.testing.assert_array_equal(i3, 299 - i0)

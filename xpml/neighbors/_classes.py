@@ -185,6 +185,9 @@ class _KNeighborsBase(BaseEstimator):
         if plan.mapping is not None:  # its parameters fit the features
             plan.mapping(X[:1, :], xp=ctx.xp)
         self._state_fit_X = X
+        # SciPy's tree for the k-d tree's fast path, built by the first query
+        # (a cache: not saved, rebuilt after loading)
+        self.__dict__.pop("_cache_kd_search", None)
         self._state_tree = (
             build_kd_tree(to_numpy(X), self.leaf_size) if self._uses_tree() else None
         )
@@ -224,6 +227,7 @@ class _KNeighborsBase(BaseEstimator):
                 k,
                 max_leaves=max_leaves,
                 p=p,
+                cache=self.__dict__.setdefault("_cache_kd_search", {}),
             )
             return (
                 xp.asarray(d2, device=ctx.device),

@@ -267,10 +267,12 @@ def _direct_rank(Q, P, p, /, *, xp):
     return xp.sum(diff if p == 1 else diff**p, axis=2)
 
 
-_NUMPY_TILE_BYTES = 64 * 2**20
-"""NumPy: distance-block workspace per thread for the exhaustive search
-(measured at n = 20k on 2 cores: 16 MiB 0.82-1.4 s, 64 MiB 0.72-0.76 s), never
-above the memory budget's share of the thread."""
+_NUMPY_CHUNK = (256, 1024)
+"""NumPy: query rows and training columns of one distance chunk of the
+exhaustive search (2 MiB in float64, the size of a core's L2 cache; measured
+at n = 50k, d = 20: the product runs about 3x faster per entry than into
+64 MiB blocks, and the selection reads the chunk from cache), never above the
+memory budget's share of a thread."""
 
 
 @dataclasses.dataclass
@@ -284,13 +286,18 @@ class _Tiling:
 def _tiling(n_q, X, k, /, *, xp, block_rows=None, block_cols=None, budget=None):
     """Block sizes: the query rows follow the memory budget (per host thread on
     NumPy, where blocks run on a thread pool), and the training set is split only
-    when fewer than ``_MIN_BLOCK_ROWS`` query rows would fit."""
+    when fewer than ``_MIN_BLOCK_ROWS`` query rows would fit. NumPy's default:
+    cache-sized chunks (``_NUMPY_CHUNK``) when they fit the budget."""
     n, d = X.shape
     size = itemsize(X.dtype, xp)
-    threads = host_threads(xp)
-    per_thread = memory_budget(budget) / threads
-    if budget is None and is_numpy_namespace(xp):
-        per_thread = min(per_thread, _NUMPY_TILE_BYTES)
+    per_thread = memory_budget(budget) / host_threads(xp)
+    rows, cols = _NUMPY_CHUNK
+    numpy_chunk = budget is None and is_numpy_namespace(xp)
+    if numpy_chunk and 3 * size * rows * cols <= per_thread:
+        return _Tiling(
+            rows if block_rows is None else int(block_rows),
+            cols if block_cols is None else int(block_cols),
+        )
     if block_cols is None:
         max_cols = int(per_thread // (size * 3 * _MIN_BLOCK_ROWS))
         block_cols = n if n <= max_cols else max(max_cols, k)
@@ -315,27 +322,174 @@ def _score_block(Qa, Xc, Xfc, p, /, *, xp):
     return _rank_block(Qa, Xc, p, xp=xp)
 
 
-def _search_block(Qb, X, Xf, k, tiling, /, *, xp, topk, p=2):
-    """The k nearest training rows of a block of queries: top-k of each column
-    block's ranking scores, merged, then measured exactly."""
+def _score_scale(Qb, p, x_scale, /, *, xp):
+    """Per query, the size (b,) that the ranking scores' rounding scales with
+    besides the score itself: ``‖q‖² + max ‖x‖²`` for the Gram form, 1 for the
+    cosine score, 0 for the rank blocks (sums of non-negative terms)."""
+    if p == 2:
+        return sq_norms(Qb, xp=xp) + x_scale
+    one = xp.ones(Qb.shape[0], dtype=Qb.dtype, device=device(Qb))
+    return one if p == "cosine" else 0.0 * one
+
+
+def _margin(tau, scale, Xf, /, *, xp):
+    """Rounding allowance on ranking scores near ``tau`` (b,): twice a bound on
+    |score − (direct rank − ‖q‖²)|, about ``5(d+2)·eps·(|τ| + scale)`` (a sum
+    of d + 2 products in the score, d squares in the direct rank)."""
+    d = Xf.shape[1]
+    return (10 * (d + 2) * eps(Xf.dtype, xp)) * (xp.abs(tau) + scale)
+
+
+def _some_smallest(D, k, /, *, xp, topk):
+    """Values and positions (b, k) of *some* k smallest entries per row (order
+    and ties unspecified): with ``topk="auto"`` the backend's partition where
+    it has one (no repair of ties: the caller takes every entry near the
+    k-th), else :func:`topk_smallest`."""
+    pos = _partition_positions(D, k, xp=xp) if topk == "auto" else None
+    if pos is None:
+        return topk_smallest(D, k, xp=xp, method=topk)
+    return xp.take_along_axis(D, pos, axis=1), pos
+
+
+def _block_candidates(D, k, scale, Xf, /, *, xp, topk):
+    """Candidates of one column block of scores ``D`` (b, m): its entries
+    within the rounding margin of the row's k-th smallest, as (values,
+    positions) (b, w), unordered, padded with +inf (one read of ``w``)."""
+    kc = min(k, D.shape[1])
+    v, pos = _some_smallest(D, kc, xp=xp, topk=topk)
+    if kc < k:  # fewer columns than k: all of them
+        return v, pos
+    kth = xp.max(v, axis=1)
+    thr = kth + _margin(kth, scale, Xf, xp=xp)
+    w = int(xp.max(xp.count_nonzero(D <= thr[:, None], axis=1)))
+    if w > kc:  # near ties at the k-th score (duplicates): all of them
+        v, pos = _some_smallest(D, w, xp=xp, topk=topk)
+        v = xp.where(v <= thr[:, None], v, xp.full_like(v, math.inf))
+    # with w == k, the k entries within the margin are the k smallest
+    return v, pos
+
+
+@portable("neighbors.exhaustive_block")
+def _search_block(Qb, X, Xf, k, /, *, xp, tiling, topk="auto", p=2, x_scale=0.0):
+    """The k nearest training rows of a block of queries.
+
+    Each column block's ranking scores give the entries within a rounding
+    margin (:func:`_margin`) of its k-th smallest; across blocks, those within
+    the margin of the overall k-th are measured directly and the k smallest
+    by (rank, index) kept. The margin holds every point whose direct rank is
+    at most the k-th's, so the answer follows the direct ranks whatever the
+    scores' rounding (which can differ between exact duplicates by their
+    position in the product)."""
     n = X.shape[0]
     Qa = _query_side(Qb, p, xp=xp)
-    cand_d, cand_i = [], []
+    scale = _score_scale(Qb, p, x_scale, xp=xp)
+    cand_v, cand_i = [], []
     for c0 in range(0, n, tiling.cols):
         c1 = min(c0 + tiling.cols, n)
         D = _score_block(Qa, X[c0:c1, :], Xf[c0:c1, :], p, xp=xp)
-        v, p_ = topk_smallest(D, min(k, c1 - c0), xp=xp, method=topk)
-        cand_d.append(v)
-        cand_i.append(xp.astype(p_, xp.int64) + c0)
-    if len(cand_i) == 1:
-        ind = cand_i[0]
-    else:
-        # candidates are grouped by increasing index and sorted by (value, index)
-        # within a group, so a stable sort on values keeps the (value, index) rule
-        V, P = xp.concat(cand_d, axis=1), xp.concat(cand_i, axis=1)
-        _, p_ = topk_smallest(V, k, xp=xp, method="sort")
-        ind = xp.take_along_axis(P, p_, axis=1)
-    return _refine(Qb, X, ind, xp=xp, p=p)
+        v, pos = _block_candidates(D, k, scale, Xf, xp=xp, topk=topk)
+        cand_v.append(v)
+        cand_i.append(xp.astype(pos, xp.int64) + c0)
+    V, ind = xp.concat(cand_v, axis=1), xp.concat(cand_i, axis=1)
+    kth = xp.sort(V, axis=1)[:, k - 1]
+    keep = V <= (kth + _margin(kth, scale, Xf, xp=xp))[:, None]
+    return _refine(Qb, X, ind, xp=xp, p=p, keep=keep, k=k)
+
+
+_GROUP = 16
+"""Columns per group whose minimum screens a NumPy chunk against the bound."""
+
+
+def _chunk_hits(DT, thr):
+    """(rows, columns, values) of the entries at most ``thr`` (b,) of a chunk
+    of scores laid out training-major, ``DT`` (w, b): groups of ``_GROUP``
+    consecutive training rows screened by their minimum first (a reduction
+    over the middle axis, which NumPy runs as contiguous elementwise minima)."""
+    w, b = DT.shape
+    if w % _GROUP:
+        c, r = np.nonzero(DT <= thr)
+        return r, c, DT[c, r]
+    G = DT.reshape(w // _GROUP, _GROUP, b)
+    g, rg = np.nonzero(G.min(axis=1) <= thr)
+    sub = G[g, :, rg]  # (hits, _GROUP)
+    i, c = np.nonzero(sub <= thr[rg, None])
+    return rg[i], g[i] * _GROUP + c, sub[i, c]
+
+
+def _first_bound(DT, k, scale, Xf):
+    """A first bound (b,) on each row's k-th smallest score from a chunk ``DT``
+    (w, b): the k-th smallest of its group minima (k groups each hold an
+    entry at most that), plus the margin; +inf with fewer than k groups."""
+    w, b = DT.shape
+    if w % _GROUP or w // _GROUP < k:
+        return np.full(b, np.inf, dtype=DT.dtype)
+    mins = DT.reshape(w // _GROUP, _GROUP, b).min(axis=1)
+    kth = np.partition(mins, k - 1, axis=0)[k - 1]
+    return kth + _margin(kth, scale, Xf, xp=np)
+
+
+def _first_k_rows(rows, keys, k, b):
+    """Positions of each of ``b`` rows' first ``k`` flat entries in the order
+    of ``keys`` (a tuple for ``np.lexsort``, least significant first; every
+    row holds at least k entries): (b, k)."""
+    order = np.lexsort((*keys, rows))
+    start = np.searchsorted(rows[order], np.arange(b))
+    return order[start[:, None] + np.arange(k)[None, :]]
+
+
+def _prune(parts, k, b, scale, Xf):
+    """The flat candidates ``parts`` merged, the row's bound recomputed from
+    its k-th smallest score and the candidates beyond it dropped."""
+    R, C, V = (np.concatenate([part[i] for part in parts]) for i in range(3))
+    kth = V[_first_k_rows(R, (V,), k, b)[:, -1]]
+    thr = kth + _margin(kth, scale, Xf, xp=np)
+    keep = V <= thr[R]
+    return (R[keep], C[keep], V[keep]), thr
+
+
+def _block_example():
+    """NumPy inputs for the exhaustive block's agreement test: duplicates
+    (3k copies of a query), grid ties, several chunks and a short last one."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(150, 4)), np.repeat([[0.5] * 4], 15, 0)])
+    X = np.concatenate([X, rng.integers(0, 3, size=(70, 4)).astype(float)])
+    Q = np.concatenate([rng.normal(size=(20, 4)), np.full((3, 4), 0.5)])
+    Q = np.concatenate([Q, rng.integers(0, 3, size=(9, 4)).astype(float)])
+    Xf = point_factor(X, xp=np)
+    kw = {"xp": None, "tiling": _Tiling(8, 48), "x_scale": float(Xf[:, -1].max())}
+    return (Q, X, Xf, 5), kw
+
+
+@fast_path("neighbors.exhaustive_block", "numpy", example=_block_example)
+def _search_block_numpy(Qb, X, Xf, k, /, *, xp, tiling, topk="auto", p=2, x_scale=0.0):
+    """The same answer from cache-sized chunks of ``tiling.cols`` columns:
+    each row keeps a bound (its k-th smallest score so far, plus the margin;
+    from the first chunk's group minima, then recomputed from the candidates
+    after chunks 1, 2, 4, 8, ...), a chunk's entries within it are screened by group
+    minima, and the candidates are measured directly at the end."""
+    if p != 2 and p != "cosine":  # the rank blocks dominate: no gain here
+        return _search_block(Qb, X, Xf, k, xp=xp, tiling=tiling, topk=topk, p=p)
+    n, b = X.shape[0], Qb.shape[0]
+    Qa = _query_side(Qb, p, xp=np)
+    scale = _score_scale(Qb, p, x_scale, xp=np)
+    m = max(k, tiling.cols - tiling.cols % _GROUP)
+    buf = np.empty((min(m, n), b), dtype=X.dtype)
+    parts, thr, update = [], None, 1
+    for j, c0 in enumerate(range(0, n, m), start=1):
+        c1 = min(c0 + m, n)
+        out = buf if c1 - c0 == buf.shape[0] else None
+        D = np.matmul(Xf[c0:c1], Qa.T, out=out)  # training-major (w, b)
+        if thr is None:
+            thr = _first_bound(D, k, scale, Xf)
+        r, c, v = _chunk_hits(D, thr)
+        parts.append((r, c + c0, v))
+        if j == update:
+            merged, thr = _prune(parts, k, b, scale, Xf)
+            parts, update = [merged], 2 * update
+    (R, C, _), _ = _prune(parts, k, b, scale, Xf)
+    rank = _direct_rank(np.take(Qb, R, axis=0), X[C][:, None, :], p, xp=np)[:, 0]
+    pick = _first_k_rows(R, (C, rank), k, b)
+    return rank[pick], C[pick]
 
 
 def _query_side(Qb, p, /, *, xp):
@@ -348,6 +502,18 @@ def _point_side(X, p, /, *, xp, X_norms=None):
     if p == 2:
         return point_factor(X, xp=xp, Z_norms=X_norms)
     return X
+
+
+def _map_blocks(fn, n, rows, /, *, xp):
+    """:func:`xpml.linalg.map_row_blocks`, or the blocks one after the other
+    when BLAS is limited to one thread (``threadpoolctl.threadpool_limits(1)``:
+    the caller asks for one core), as the k-means assignment does."""
+    if host_threads(xp) > 1 and n > rows:
+        from xpml.cluster._kmeans import _one_blas_thread
+
+        if _one_blas_thread(xp):
+            return [fn(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
+    return map_row_blocks(fn, n, rows, xp=xp)
 
 
 def exhaustive_kneighbors(
@@ -379,9 +545,10 @@ def exhaustive_kneighbors(
         training set is split only when fewer than 64 query rows would fit.
     memory_budget : float, optional
         Bytes of distance-block workspace. Default:
-        :func:`xpml.utils._array_api.memory_budget`, on NumPy at most
-        ``_NUMPY_TILE_BYTES`` per CPU thread, the row blocks spread over a
-        thread pool (:func:`xpml.linalg.map_row_blocks`).
+        :func:`xpml.utils._array_api.memory_budget`; on NumPy cache-sized
+        chunks (``_NUMPY_CHUNK``), the row blocks spread over a thread pool
+        (:func:`xpml.linalg.map_row_blocks`) unless BLAS is limited to one
+        thread.
     topk : {"auto", "threshold", "partition", "sort"}
         The per-block selection (see :func:`topk_smallest`); all give the same
         neighbours.
@@ -409,13 +576,17 @@ def exhaustive_kneighbors(
         budget=memory_budget,
     )
     # rank by ‖x‖² − 2q·x (the distance less ‖q‖²): one product per block, no clamp;
-    # the k selected are then measured exactly by _refine
+    # the candidates are then measured exactly by _refine
     Xf = _point_side(X, p, xp=xp, X_norms=X_norms)
+    x_scale = xp.max(Xf[:, -1]) if p == 2 else 0.0
+    search = dispatch("neighbors.exhaustive_block", xp)
 
     def block(r0, r1):
-        return _search_block(Q[r0:r1, :], X, Xf, k, tiling, xp=xp, topk=topk, p=p)
+        return search(
+            Q[r0:r1, :], X, Xf, k, xp=xp, tiling=tiling, topk=topk, p=p, x_scale=x_scale
+        )
 
-    results = map_row_blocks(block, n_q, tiling.rows, xp=xp)
+    results = _map_blocks(block, n_q, tiling.rows, xp=xp)
     if len(results) == 1:
         return results[0]
     return (
@@ -490,13 +661,19 @@ def _direct_sq_distances(Q, P, /, *, xp):
     return xp.sum(diff * diff, axis=2)
 
 
-def _refine(Qb, X, ind, /, *, xp, p=2):
-    """Exact distances of the selected neighbours, re-ordered by (distance, index)."""
-    b, k = ind.shape
-    ind = xp.sort(ind, axis=1)
-    P = xp.reshape(xp.take(X, xp.reshape(ind, (-1,)), axis=0), (b, k, X.shape[1]))
+def _refine(Qb, X, ind, /, *, xp, p=2, keep=None, k=None):
+    """Exact rank measures of candidate neighbours ``ind`` (b, w), ordered by
+    (rank, index); with ``keep`` (b, w) only the kept candidates count, and
+    the first ``k`` (default w) are returned."""
+    b, w = ind.shape
+    order = xp.argsort(ind, axis=1, stable=True)
+    ind = xp.take_along_axis(ind, order, axis=1)
+    P = xp.reshape(xp.take(X, xp.reshape(ind, (-1,)), axis=0), (b, w, X.shape[1]))
     d2 = _direct_rank(Qb, P, p, xp=xp)
-    order = xp.argsort(d2, axis=1, stable=True)
+    if keep is not None:
+        inf = xp.full_like(d2, math.inf)
+        d2 = xp.where(xp.take_along_axis(keep, order, axis=1), d2, inf)
+    order = xp.argsort(d2, axis=1, stable=True)[:, : (w if k is None else k)]
     return xp.take_along_axis(d2, order, axis=1), xp.take_along_axis(ind, order, axis=1)
 
 
@@ -832,8 +1009,9 @@ def _exact_kd_example():
 
 
 @portable("neighbors.kd_tree_exact")
-def _exact_kd_portable(tree, X, Q, k, /, *, xp, p=2):
-    """xpml's own exact search on the tree (see :func:`_exact_kd_search`)."""
+def _exact_kd_portable(tree, X, Q, k, /, *, xp, p=2, cache=None):
+    """xpml's own exact search on the tree (see :func:`_exact_kd_search`);
+    ``cache`` is the fast path's (unused here)."""
     return _exact_kd_search(tree, X, Q, k, p=p)
 
 
@@ -848,8 +1026,20 @@ def _clearly_beyond(kth, nxt, X):
     return clear & np.isfinite(kth)
 
 
+def _proposer(X, cache):
+    """SciPy's ``cKDTree`` over ``X``: built once per ``cache`` (a dict)."""
+    from scipy.spatial import cKDTree
+
+    tree = None if cache is None else cache.get("ckdtree")
+    if tree is None:
+        tree = cKDTree(X, leafsize=16)
+        if cache is not None:
+            cache["ckdtree"] = tree
+    return tree
+
+
 @fast_path("neighbors.kd_tree_exact", "numpy", example=_exact_kd_example)
-def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
+def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2, cache=None):
     """SciPy's compiled k-d tree (``scipy.spatial.cKDTree``) proposes each
     query's ``w + 1`` nearest (``w = k``, then ``4k`` and ``16k`` for the
     queries still unsettled). Where the ``(w+1)``-th lies clearly beyond the
@@ -857,11 +1047,10 @@ def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
     among the first ``w``: they are measured and ordered by (rank, index) as
     the exhaustive search's :func:`_refine` does, and the first ``k`` kept.
     Queries still tied after that (many duplicates) are answered by the
-    portable search, which applies the same rule."""
-    from scipy.spatial import cKDTree
-
+    portable search, which applies the same rule. ``cache`` (a dict, the
+    caller's for one training set ``X``) keeps the ``cKDTree`` between calls."""
     n = X.shape[0]
-    proposer = cKDTree(X, leafsize=16)
+    proposer = _proposer(X, cache)
     out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
     out_i = np.empty((Q.shape[0], k), dtype=np.int64)
     rows, w = np.arange(Q.shape[0]), k
@@ -883,7 +1072,7 @@ def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2):
     return out_d, out_i
 
 
-def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
+def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2, cache=None):
     """k nearest neighbours of host queries ``Q`` in host data ``X`` with a tree
     from :func:`build_kd_tree`.
 
@@ -898,7 +1087,8 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
     points the exhaustive search answers instead. With ``max_leaves``:
     best-bin-first over at most that many leaves per query (approximate).
     ``p``: the Minkowski metric (``math.inf``: Chebyshev); boxes bound any
-    such norm, so the search is exact for every ``p > 0``.
+    such norm, so the search is exact for every ``p > 0``. ``cache``: a dict
+    kept by the caller for this ``X`` (NumPy keeps SciPy's tree in it).
 
     Returns
     -------
@@ -911,7 +1101,8 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2):
         return _best_bin_first(tree, X, Q, k, max_leaves, p=p)
     if k > int((tree["leaf_points"] >= 0).sum(axis=1).min()):
         return exhaustive_kneighbors(Q, X, k, xp=np, p=p)
-    return dispatch("neighbors.kd_tree_exact", np)(tree, X, Q, k, xp=np, p=p)
+    search = dispatch("neighbors.kd_tree_exact", np)
+    return search(tree, X, Q, k, xp=np, p=p, cache=cache)
 
 
 def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
