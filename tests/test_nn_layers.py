@@ -76,6 +76,9 @@ CONV_GRID = [
     (5, 3, 1, 2, 10, 12, 2, 1),
     ((2, 3), (1, 2), (1, 0), 2, 6, 9, 3, 2),
     (3, 2, 1, 4, 16, 14, 8, 6),
+    # stride 1 with padding past k - 1: "correlate" crops dZ (the windows path)
+    (1, 1, 1, 2, 4, 5, 2, 3),
+    ((2, 3), 1, (2, 1), 1, 5, 4, 3, 2),
 ]
 
 
@@ -427,11 +430,13 @@ def test_errors_name_the_argument():
 
 
 # ----------------------------------------------- the layer's reused workspace
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("input_grad", ["correlate", "fold"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype):
+def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype, stride):
     """The layer's scratch buffer (windows, then ``W dZᵀ`` / the padded ``dZ``'s
-    windows over them, an image group at a time) gives what the allocating
+    windows over them, an image group at a time; with stride 1 the padded ``dZ``
+    grid and its product, margins re-zeroed) gives what the allocating
     functions give (bit for bit; ``dX`` of "correlate" to rounding),
     over calls that shrink and regrow the batch and a second backward after
     one forward (``A`` rebuilt); float32 stays float32."""
@@ -439,20 +444,21 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype):
 
     rtol = 1e-12 if dtype == "float64" else 1e-5
     rng = np.random.default_rng(3)
-    layer = Conv2D(4, 3, stride=2, padding=1, input_grad=input_grad, random_state=0)
+    s = (stride, stride)
+    layer = Conv2D(4, 3, stride=s, padding=1, input_grad=input_grad, random_state=0)
     for n, dt, twice in [(3, dtype, False), (2, dtype, True), (3, dtype, False)]:
         X = xp.asarray(rng.normal(size=(n, 7, 6, 2)).astype(dt))
         Z = layer.forward(X)
         W = xp.asarray(xp.to_numpy(layer.params["W"]).astype(dt))
         b = xp.asarray(xp.to_numpy(layer.params["b"]).astype(dt))
         G = xp.asarray(rng.normal(size=tuple(Z.shape)).astype(dt))
-        Z0, A0 = conv2d(X, W, b, stride=(2, 2), padding=(1, 1), xp=xp.xp)
+        Z0, A0 = conv2d(X, W, b, stride=s, padding=(1, 1), xp=xp.xp)
         want = conv2d_backward(
             G,
             A0,
             W,
             (7, 6),
-            stride=(2, 2),
+            stride=s,
             padding=(1, 1),
             xp=xp.xp,
             input_grad=input_grad,

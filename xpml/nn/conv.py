@@ -13,7 +13,10 @@ bias gradient sums ``dZ`` over ``n, h, w``; ``dX`` either correlates ``dZ`` --
 zero-upsampled by the stride and padded by ``k − 1 − pad`` -- with the
 180°-rotated, in/out-transposed kernel, or (the default) scatters ``W dZᵀ``
 back onto the input windows, one kernel offset at a time (:func:`fold`, into a
-channels-first buffer: ``dX`` is an NHWC view of it).
+channels-first buffer: ``dX`` is an NHWC view of it). With stride 1 on NumPy
+both work on the flattened padded grid, where a kernel offset is a shift by a
+whole number of rows: one product ``W dZ_gridᵀ`` and ``k_h·k_w`` shifted adds
+of long contiguous runs (:func:`input_grad_stride1`).
 Pooling gradients are scattered back the same way: max pooling routes them to
 the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
@@ -51,6 +54,7 @@ __all__ = [
     "fold",
     "conv2d",
     "conv2d_backward",
+    "input_grad_stride1",
     "Workspace",
 ]
 
@@ -358,7 +362,16 @@ def conv2d_backward(
 def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     """``dX`` as in ALGORITHMS.md §0.3: correlate ``dZ`` -- zero-upsampled by the
     stride and padded by ``k − 1 − pad`` -- with the 180°-rotated, in/out-transposed
-    kernel (a stride-1 convolution through the same window machinery)."""
+    kernel (stride 1: :func:`input_grad_stride1`)."""
+    if tuple(stride) == (1, 1):
+        return input_grad_stride1(
+            dZ, W, input_hw, padding, xp=xp, method="correlate", work=work
+        )
+    return _correlate_windows(dZ, W, input_hw, stride, padding, xp=xp, work=work)
+
+
+def _correlate_windows(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
+    # the correlation as a stride-1 convolution through the window machinery
     N, Ho, Wo, Co = dZ.shape
     kh, kw = W.shape[:2]
     (H, Wd), (sh, sw), (ph, pw) = input_hw, stride, padding
@@ -403,7 +416,16 @@ def _cols_numpy(Wm, dZm, /, *, xp, work=None):
 
 def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     """The same ``dX`` by scattering: each output's gradient ``W dZ`` is added back
-    onto its input window (col2im), skipping the zeros of the upsampled ``dZ``."""
+    onto its input window (col2im), skipping the zeros of the upsampled ``dZ``
+    (stride 1: :func:`input_grad_stride1`)."""
+    if tuple(stride) == (1, 1):
+        return input_grad_stride1(
+            dZ, W, input_hw, padding, xp=xp, method="fold", work=work
+        )
+    return _fold_windows(dZ, W, input_hw, stride, padding, xp=xp, work=work)
+
+
+def _fold_windows(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
     N, Ho, Wo, Co = dZ.shape
     kh, kw, Ci, _ = W.shape
     (H, Wd), (ph, pw) = input_hw, padding
@@ -423,6 +445,113 @@ def input_grad_fold(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
 
 
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
+
+
+# ------------------------------------------- stride 1: dX by shifted products
+# With stride 1 every kernel offset (i, j) moves a whole image by i·W_g + j rows
+# of its flattened (N·H_g·W_g, C) grid, so a shifted window is a contiguous range
+# of grid rows. On NumPy one product ``W dZ_gridᵀ`` (k_h·k_w·C_in, rows) gives
+# every offset's term channels-first, and "fold" adds each term onto the padded
+# input's grid shifted by its offset, "correlate" (with the rotated kernel, on
+# the padded dZ's grid) adds the shifted terms onto dX's grid: k_h·k_w adds of
+# C_in long contiguous runs instead of short strided ones.
+def _stride1_geometry(kernel, input_hw, padding, method):
+    """The grid ``(H_g, W_g)``, where ``dZ`` sits in it, where ``dX`` is read
+    from it, and the flat row offset of each kernel offset."""
+    kh, kw = kernel
+    (H, Wd), (ph, pw) = input_hw, padding
+    if method == "fold":  # the padded input's grid; dZ at its origin
+        grid, at, crop = (H + 2 * ph, Wd + 2 * pw), (0, 0), (ph, pw)
+    else:  # dZ padded by k − 1 − pad; dX at the grid's origin
+        grid, at, crop = (H + kh - 1, Wd + kw - 1), (kh - 1 - ph, kw - 1 - pw), (0, 0)
+    offsets = [i * grid[1] + j for i in range(kh) for j in range(kw)]
+    return grid, at, crop, offsets
+
+
+def _stride1_example():
+    rng = np.random.default_rng(0)
+    dZ = rng.standard_normal((2, 5, 4, 3))  # 6×5 input, 3×2 kernel, padding (1, 0)
+    W = rng.standard_normal((3, 2, 2, 3))
+    return (dZ, W, (6, 5), (1, 0)), {"xp": None}
+
+
+def _stride1_correlate_example():
+    args, kw = _stride1_example()
+    return args, {**kw, "method": "correlate", "work": Workspace()}
+
+
+@portable("nn.conv_input_grad_s1")
+def _input_grad_s1_portable(
+    dZ, W, /, input_hw, padding, *, xp, method="fold", work=None
+):
+    general = _fold_windows if method == "fold" else _correlate_windows
+    return general(dZ, W, input_hw, (1, 1), padding, xp=xp, work=work)
+
+
+def _stride1_buffers(dZ, W, rows, work):
+    """The zero-padded ``dZ`` grid ``(rows, C_out)`` and the product's
+    ``(k_h·k_w·C_in, rows)``: one fresh block, or ``work``'s buffer (whose grid
+    margins are then zeroed by :func:`_embed`)."""
+    K = W.shape[0] * W.shape[1] * W.shape[2]
+    Co, dtype = dZ.shape[3], np.result_type(dZ, W)
+    if work is None:
+        return np.zeros((rows, Co), dtype=dtype), np.empty((K, rows), dtype=dtype)
+    flat = work.take((rows * (Co + K),), dtype)
+    return flat[: rows * Co].reshape(rows, Co), flat[rows * Co :].reshape(K, rows)
+
+
+def _embed(G, dZ, grid, at, zeroed):
+    """Place ``dZ`` at ``at`` in the grid ``G`` (zeroing its margins unless the
+    whole grid is already zero)."""
+    N, Ho, Wo, _ = dZ.shape
+    G = G.reshape(N, grid[0], grid[1], -1)
+    t, l = at
+    if not zeroed:
+        G[:, :t], G[:, t + Ho :] = 0, 0
+        G[:, t : t + Ho, :l], G[:, t : t + Ho, l + Wo :] = 0, 0
+    G[:, t : t + Ho, l : l + Wo, :] = dZ
+
+
+@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_example)
+@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_correlate_example)
+def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
+    grid, at, crop, offsets = _stride1_geometry(W.shape[:2], input_hw, padding, method)
+    if min(at) < 0:  # a crop of dZ rather than a pad: the general path
+        return _input_grad_s1_portable(
+            dZ, W, input_hw, padding, xp=xp, method=method, work=work
+        )
+    kh, kw, Ci, Co = W.shape
+    N, (H, Wd) = dZ.shape[0], input_hw
+    rows = N * grid[0] * grid[1]
+    L = rows - offsets[-1]
+    G, cols = _stride1_buffers(dZ, W, rows, work)
+    _embed(G, dZ, grid, at, zeroed=work is None)
+    dXt = np.empty((Ci, rows), dtype=cols.dtype)  # channels-first grid of dX
+    if method == "fold":  # scatter: dZ's rows, shifted on the output side
+        cols = np.matmul(np.reshape(W, (-1, Co)), G[:L].T, out=cols[:, :L])
+        cols = np.reshape(cols, (kh * kw, Ci, L))
+        dXt[:, :L], dXt[:, L:] = cols[0], 0
+        for k, o in enumerate(offsets[1:], start=1):
+            np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
+    else:  # gather: the rotated kernel's terms, shifted on the input side
+        Wr = np.reshape(np.flip(W, axis=(0, 1)), (-1, Co))
+        cols = np.reshape(np.matmul(Wr, G.T, out=cols), (kh * kw, Ci, rows))
+        dXt[:, :L], dXt[:, L:] = cols[0, :, :L], 0  # rows past L are cropped
+        for k, o in enumerate(offsets[1:], start=1):
+            np.add(dXt[:, :L], cols[k, :, o : o + L], out=dXt[:, :L])
+    dXt = np.reshape(dXt, (Ci, N) + tuple(grid))
+    dX = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
+    return np.transpose(dX, (1, 2, 3, 0))  # NHWC view
+
+
+def input_grad_stride1(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
+    """``dX`` of a stride-1 convolution by ``method`` ("fold" or "correlate"): on
+    NumPy by shifted adds over the flattened grid (see above), elsewhere through
+    the window matrix. With ``work`` the padded ``dZ`` and the product are built
+    in its buffer."""
+    return dispatch("nn.conv_input_grad_s1", xp)(
+        dZ, W, input_hw, padding, xp=xp, method=method, work=work
+    )
 
 
 # -------------------------------------------------------------------- layers
@@ -548,8 +677,12 @@ class Conv2D(Layer):
         rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
         # "correlate" fills it an image group at a time, at least one image
         back = H * Wd * Co if self.input_grad == "correlate" else rows * Ci
+        back *= kh * kw
+        grid, at, _, _ = _stride1_geometry((kh, kw), (H, Wd), (ph, pw), self.input_grad)
+        if (sh, sw) == (1, 1) and min(at) >= 0:  # the padded dZ grid and W dZ_gridᵀ
+            back = N * grid[0] * grid[1] * (Co + kh * kw * Ci)
         work = getattr(self, "_cache_work", None) or Workspace()
-        work.reserve = max(rows * kh * kw * Ci, back * kh * kw)
+        work.reserve = max(rows * kh * kw * Ci, back)
         self._cache_work = work
         return work
 
