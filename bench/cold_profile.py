@@ -82,7 +82,7 @@ def _probe(fn, path, profile, trace=False):
             return _resource.getrusage(_resource.RUSAGE_SELF).ru_minflt
 
         before = set(_sys.modules)
-        times, in_gc, profs, flt, peaks = [], [], [], [], []
+        times, cpu, in_gc, profs, flt, peaks = [], [], [], [], [], []
         gc.callbacks.append(gc_timer)
         for _ in range(2):
             prof = cProfile.Profile() if profile else None
@@ -90,6 +90,7 @@ def _probe(fn, path, profile, trace=False):
             if trace:
                 tracemalloc.start()
             f0 = faults()
+            c0 = _time.process_time()
             t0 = _time.perf_counter()
             if prof:
                 prof.enable()
@@ -97,6 +98,7 @@ def _probe(fn, path, profile, trace=False):
             if prof:
                 prof.disable()
             times.append(_time.perf_counter() - t0)
+            cpu.append(_time.process_time() - c0)
             flt.append(faults() - f0)
             if trace:
                 peaks.append(tracemalloc.get_traced_memory()[1])
@@ -107,6 +109,7 @@ def _probe(fn, path, profile, trace=False):
                 imported = sorted(set(_sys.modules) - before)
         gc.callbacks.remove(gc_timer)
         out = {"first": times[0], "second": times[1], "gc": in_gc, "faults": flt}
+        out["cpu"] = cpu
         out["imported"] = imported
         out["peaks"] = peaks
         if profile:
@@ -216,7 +219,7 @@ def _run(runner, fn, side, repeats, backend):
         with open(path) as fh:
             return json.load(fh)
 
-    firsts, seconds, gc_first, faults = [], [], [], []
+    firsts, seconds, gc_first, faults, cpu_ratios = [], [], [], [], []
     try:
         for i in range(repeats):
             out = one(i, False)
@@ -224,6 +227,8 @@ def _run(runner, fn, side, repeats, backend):
             seconds.append(out["second"])
             gc_first.append(out["gc"][0])
             faults.append(out["faults"])
+            c1, c2 = out["cpu"]
+            cpu_ratios.append(c1 / c2 if c2 else float("nan"))
             if out["first"] > LONG_S:
                 break  # long: one timing stands
         profile = one(repeats, True)
@@ -235,6 +240,7 @@ def _run(runner, fn, side, repeats, backend):
         "second": statistics.median(seconds),
         "gc_first": statistics.median(gc_first),
         "faults": [statistics.median(f[j] for f in faults) for j in (0, 1)],
+        "cpu_ratio": statistics.median(cpu_ratios),
         "peak_mb": [p / 2**20 for p in peaks],
         "runs": len(firsts),
         "firsts": firsts,
@@ -299,15 +305,15 @@ def _ms(x):
 
 def _side_cells(side):
     if not side:
-        return "- | - | - | - | -"
+        return "- | - | - | - | - | -"
     if "error" in side:
-        return f"error: {side['error'][:60]} | - | - | - | -"
+        return f"error: {side['error'][:60]} | - | - | - | - | -"
     ratio = side["first"] / side["second"] if side["second"] else float("nan")
     f1, f2 = side["faults"]
     p1, p2 = side["peak_mb"]
     return (
         f"{_ms(side['first'])} | {_ms(side['second'])} | {ratio:.2f} "
-        f"| {f1:.0f} / {f2:.0f} | {p1:.1f} / {p2:.1f}"
+        f"| {side['cpu_ratio']:.2f} | {f1:.0f} / {f2:.0f} | {p1:.1f} / {p2:.1f}"
     )
 
 
@@ -326,11 +332,12 @@ def _costs(side, top=TOP):
 
 
 HEADER = (
-    "| suite | case | n | xpml 1st | xpml 2nd | 1st/2nd | xpml faults 1st / 2nd "
-    "| xpml peak MB 1st / 2nd | ref 1st | ref 2nd | 1st/2nd | ref faults 1st / 2nd "
+    "| suite | case | n | xpml 1st | xpml 2nd | 1st/2nd | CPU 1st/2nd "
+    "| xpml faults 1st / 2nd | xpml peak MB 1st / 2nd | ref 1st | ref 2nd "
+    "| 1st/2nd | CPU 1st/2nd | ref faults 1st / 2nd "
     "| ref peak MB 1st / 2nd | xpml gc in 1st | ref gc in 1st | xpml imports in 1st "
     "| top xpml one-time costs (function: ms) | top ref one-time cost |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
     "|---:|---:|---:|---|---|"
 )
 
@@ -370,6 +377,10 @@ def _write(bench, args, elapsed):
             "'in' = nearest xpml/sklearn caller). gc: ms the garbage collector "
             "ran during the 1st call (median); in a forked child a full "
             "collection also copies the server's pages (copy-on-write). "
+            "CPU 1st/2nd: the same ratio in CPU time (`time.process_time`, "
+            "median of the processes' ratios): steadier than wall time on a "
+            "loaded machine, blind to waits (e.g. a VM host backing fresh "
+            "memory). "
             "faults: minor page faults of each call (`ru_minflt`, median; 4 KiB "
             "pages first touched: freshly mapped memory). peak MB: each call's "
             "peak of traced allocations (tracemalloc, one further process; "
