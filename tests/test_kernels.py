@@ -110,6 +110,27 @@ def test_blocks_follow_budget():
     assert all(K.shape == (b - a, 100) for a, b, K in blocks)
 
 
+@pytest.mark.parametrize("kernel", ["rbf", "poly", "sigmoid", "linear", "laplacian"])
+def test_kernel_dot_in_blocks_matches_gram_product(kernel, xp, monkeypatch):
+    """``K(X, Y) @ right`` in row blocks (NumPy: a reused buffer, here forced
+    to 3-row blocks) equals the whole Gram matrix times ``right``; the inputs
+    are left as they were."""
+    from xpml import kernels
+
+    monkeypatch.setattr(kernels, "_DOT_BLOCK_BYTES", 3 * 25 * 8)
+    X, Y = _data(n=40, m=25)
+    right = np.random.default_rng(1).normal(size=(25, 2))
+    kernel_name, p = kernels.resolve_kernel_params(kernel, 5, 0.2, 2, 0.5)
+    K = gram(X, Y, kernel=kernel, gamma=0.2, degree=2, coef0=0.5)
+    args = [xp.asarray(a) for a in (X, Y, right)]
+    for r, want in ((args[2], K @ right), (args[2][:, 0], K @ right[:, 0])):
+        got = kernels.kernel_dot(
+            args[0], args[1], kernel_name, p, r, xp=xp.xp, block_rows=7
+        )
+        np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(xp.to_numpy(args[0]), X)
+
+
 def test_unknown_kernel_message():
     X, _ = _data()
     with pytest.raises(

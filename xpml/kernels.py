@@ -755,7 +755,7 @@ def rbf_taylor_features(x, *, gamma=1.0, order=10):
 # this many bytes, reused by every block (cache-sized; see _kernel_dot_numpy)
 _DOT_BLOCK_BYTES = 2 * 2**20
 # kernels whose block kernel_dot's NumPy path writes into its reused buffer
-_DOT_IN_PLACE = ("linear", "poly", "sigmoid", "rbf")
+_IN_PLACE_KERNELS = ("linear", "poly", "sigmoid", "rbf")
 
 
 def kernel_dot(X, Y, kernel, params, right, /, *, xp, block_rows=None):
@@ -812,7 +812,7 @@ def _kernel_dot_numpy(X, Y, kernel, params, right, /, *, xp, block_rows):
     (product, clamp, ``exp``, product with ``right``). Each row's values are
     the ones :func:`_kernel_block` computes (the same factors and operations).
     """
-    if not (isinstance(kernel, str) and kernel in _DOT_IN_PLACE):
+    if not (isinstance(kernel, str) and kernel in _IN_PLACE_KERNELS):
         return _kernel_dot_portable(
             X, Y, kernel, params, right, xp=xp, block_rows=block_rows
         )
@@ -820,24 +820,39 @@ def _kernel_dot_numpy(X, Y, kernel, params, right, /, *, xp, block_rows):
     rows = max(1, min(block_rows, _DOT_BLOCK_BYTES // (X.dtype.itemsize * max(m, 1))))
     out = np.empty((n, *right.shape[1:]), dtype=np.result_type(X.dtype, right.dtype))
     buf = np.empty((min(rows, n), m), dtype=X.dtype)
-    if kernel == "rbf":
-        L, R = _rbf_factors(X, Y, params["gamma"], xp=xp)
-    else:
-        L, R = X, Y
+    L, R = _factors_in_place(X, Y, kernel, params)
     for start in range(0, n, rows):
         stop = min(start + rows, n)
-        E = np.matmul(L[start:stop], R.T, out=buf[: stop - start])
-        if kernel == "rbf":
-            _clamp_exp_numpy(E, xp=xp, inplace=True)
-        elif kernel != "linear":
-            _dot_kernel_numpy(
-                E,
-                xp=xp,
-                gamma=params["gamma"],
-                coef0=params["coef0"],
-                degree=params["degree"],
-                kind=kernel,
-                inplace=True,
-            )
+        E = _block_in_place(L[start:stop], R, kernel, params, buf[: stop - start])
         np.matmul(E, right, out=out[start:stop])
     return out
+
+
+def _factors_in_place(X, Y, kernel, params):
+    """NumPy: the factors ``L, R`` with ``K(X, Y) = f(L @ R.T)`` that
+    :func:`_block_in_place` takes (the RBF's augmented factors, else ``X, Y``)."""
+    if kernel == "rbf":
+        return _rbf_factors(X, Y, params["gamma"], xp=np)
+    return X, Y
+
+
+def _block_in_place(L, R, kernel, params, out):
+    """NumPy: the kernel block of factors ``L, R`` (:func:`_factors_in_place`)
+    written into ``out`` (a C-contiguous ``(len(L), len(R))`` array of their
+    dtype) for the kernels in ``_IN_PLACE_KERNELS``; returns
+    ``out``. The values are those :func:`_kernel_block` computes (no diagonal
+    fix-up: for blocks of ``K(X, Y)``)."""
+    E = np.matmul(L, R.T, out=out)
+    if kernel == "rbf":
+        return _clamp_exp_numpy(E, xp=np, inplace=True)
+    if kernel == "linear":
+        return E
+    return _dot_kernel_numpy(
+        E,
+        xp=np,
+        gamma=params["gamma"],
+        coef0=params["coef0"],
+        degree=params["degree"],
+        kind=kernel,
+        inplace=True,
+    )
