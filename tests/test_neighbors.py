@@ -732,3 +732,27 @@ def test_kd_tree_scipy_proposer_built_once_per_fit_and_not_saved(rng):
     assert "_cache_kd_search" not in nn.__dict__
     _, i3 = nn.kneighbors(Q)
     np.testing.assert_array_equal(i3, 299 - i0)
+
+
+def test_exhaustive_search_honours_one_blas_thread(monkeypatch, rng):
+    # under threadpool_limits(1) the row blocks run one after the other (no
+    # thread pool), as the k-means assignment does; the same answer
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import xpml.neighbors._search as S
+
+    if S.host_threads(np) < 2:
+        pytest.skip("one CPU: the thread pool is never used")
+    X, Q = rng.normal(size=(200, 4)), rng.normal(size=(300, 4))
+    want_d, want_i = S.exhaustive_kneighbors(Q, X, 3, xp=np, block_rows=64)
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("thread pool used under threadpool_limits(1)")
+
+    monkeypatch.setattr(S, "map_row_blocks", no_pool)
+    with threadpoolctl.threadpool_limits(1):
+        d, i = S.exhaustive_kneighbors(Q, X, 3, xp=np, block_rows=64)
+    np.testing.assert_array_equal(i, want_i)
+    np.testing.assert_array_equal(d, want_d)
+    if not S.one_blas_thread(np):  # BLAS not limited by the environment
+        with pytest.raises(AssertionError, match="thread pool"):
+            S.exhaustive_kneighbors(Q, X, 3, xp=np, block_rows=64)

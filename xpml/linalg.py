@@ -73,6 +73,21 @@ def host_threads(xp) -> int:
     return min(os.cpu_count() or 1, MAX_THREADS) if is_numpy_namespace(xp) else 1
 
 
+def one_blas_thread(xp) -> bool:
+    """Whether NumPy's BLAS is limited to one thread (threadpoolctl's
+    ``threadpool_limits(1)``): the caller asks for one core, so tiled loops
+    run their blocks one after the other. The same check as the k-means
+    assignment's ``xpml.cluster._kmeans._one_blas_thread``, here for callers
+    that should not import ``xpml.cluster`` (SciPy's hierarchy module with it)."""
+    if not is_numpy_namespace(xp):
+        return False
+    controller = _blas_controller()
+    if controller is None:
+        return False
+    counts = [c.num_threads for c in controller.lib_controllers if c.user_api == "blas"]
+    return bool(counts) and max(counts) <= 1
+
+
 def map_row_blocks(fn, n, rows, /, *, xp):
     """``[fn(r0, r1) for each block]`` of ``rows`` rows out of ``n``, in order.
 

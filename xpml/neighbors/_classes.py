@@ -55,6 +55,7 @@ from xpml.neighbors._search import (
     exhaustive_kneighbors,
     exhaustive_radius,
     kd_tree_kneighbors,
+    preload_kd_proposer,
 )
 from xpml.utils._array_api import device, is_numpy_namespace
 from xpml.utils._param_validation import Interval, Options
@@ -191,6 +192,13 @@ class _KNeighborsBase(BaseEstimator):
         self._state_tree = (
             build_kd_tree(to_numpy(X), self.leaf_size) if self._uses_tree() else None
         )
+        if self._state_tree is not None:
+            preload_kd_proposer()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if state.get("_state_tree") is not None:
+            preload_kd_proposer()  # the first query's import, done at load
 
     def _search(self, ctx, Q, k):
         """(distances in the metric's units, int64 indices) of the k nearest

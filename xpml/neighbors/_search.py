@@ -61,7 +61,7 @@ from xpml.kernels import (
     query_factor,
     sq_norms,
 )
-from xpml.linalg import host_threads, map_row_blocks
+from xpml.linalg import host_threads, map_row_blocks, one_blas_thread
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -508,11 +508,8 @@ def _map_blocks(fn, n, rows, /, *, xp):
     """:func:`xpml.linalg.map_row_blocks`, or the blocks one after the other
     when BLAS is limited to one thread (``threadpoolctl.threadpool_limits(1)``:
     the caller asks for one core), as the k-means assignment does."""
-    if host_threads(xp) > 1 and n > rows:
-        from xpml.cluster._kmeans import _one_blas_thread
-
-        if _one_blas_thread(xp):
-            return [fn(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
+    if host_threads(xp) > 1 and n > rows and one_blas_thread(xp):
+        return [fn(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
     return map_row_blocks(fn, n, rows, xp=xp)
 
 
@@ -1024,6 +1021,13 @@ def _clearly_beyond(kth, nxt, X):
     gap = 1.0 + 1e-9 + (8 * X.shape[1] + 64) * fi.eps
     clear = (nxt > kth * gap) & (nxt > 1e3 * fi.tiny) & (nxt < fi.max / 4)
     return clear & np.isfinite(kth)
+
+
+def preload_kd_proposer():
+    """Import SciPy's spatial module, which the exact k-d tree's first query
+    would otherwise import (0.1-0.5 s, most of a first call's extra time):
+    called when a tree is built or a fitted model with one is loaded."""
+    import scipy.spatial  # noqa: F401
 
 
 def _proposer(X, cache):
