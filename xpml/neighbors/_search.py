@@ -407,12 +407,13 @@ def _chunk_hits(DT, thr):
     over the middle axis, which NumPy runs as contiguous elementwise minima)."""
     w, b = DT.shape
     if w % _GROUP:
-        c, r = np.nonzero(DT <= thr)
+        c, r = np.divmod(np.flatnonzero(DT <= thr), b)
         return r, c, DT[c, r]
     G = DT.reshape(w // _GROUP, _GROUP, b)
-    g, rg = np.nonzero(G.min(axis=1) <= thr)
+    # flat positions: NumPy's 2-d nonzero costs several times flatnonzero
+    g, rg = np.divmod(np.flatnonzero(G.min(axis=1) <= thr), b)
     sub = G[g, :, rg]  # (hits, _GROUP)
-    i, c = np.nonzero(sub <= thr[rg, None])
+    i, c = np.divmod(np.flatnonzero(sub <= thr[rg, None]), _GROUP)
     return rg[i], g[i] * _GROUP + c, sub[i, c]
 
 
