@@ -1530,7 +1530,7 @@ def _route_example():
 _ROUTE_BLOCK = 1 << 15
 # rows of X (in bytes) one block of several trees walks: they are read again
 # by every tree of the block, so they should stay in cache
-_ROUTE_ROW_BYTES = 1 << 18
+_ROUTE_ROW_BYTES = 1 << 19
 
 
 def _route_nan_example():
@@ -1634,21 +1634,22 @@ class _Walk:
         """Walk one block ``depth`` steps from ``node`` (a view of
         ``self.ints[0]``); writes the pairs set aside to ``out[pos]`` and
         returns the rest ``(node, base, pos)``."""
-        tb = self.table
+        tb, X, add = self.table, self.X, np.add
+        feature, threshold, kids = tb.feature, tb.threshold, tb.kids
         cur, spare = 0, 1
         for step in range(depth):
             k = int(node.shape[0])
             i, x, t, g = self.ints[spare][:k], self.x[:k], self.t[:k], self.g[:k]
-            np.take(tb.feature, node, out=i, mode="clip")
-            np.add(i, base, out=i)
-            np.take(self.X, i, out=x, mode="clip")
-            np.take(tb.threshold, node, out=t, mode="clip")
+            feature.take(node, out=i, mode="clip")  # methods: no wrapper call
+            add(i, base, out=i)
+            X.take(i, out=x, mode="clip")
+            threshold.take(node, out=t, mode="clip")
             np.greater(x, t, out=g)
             if self.missing:  # NaN goes right where the node says so
-                g |= np.isnan(x) & np.take(tb.missing_right, node, mode="clip")
-            np.add(node, node, out=node)
-            np.add(node, g, out=node)
-            np.take(tb.kids, node, out=i, mode="clip")
+                g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
+            add(node, node, out=node)
+            add(node, g, out=node)
+            kids.take(node, out=i, mode="clip")
             node, cur, spare = i, spare, cur
             if (step + 1) % self.every == 0 and step + 1 < depth:
                 node, base, pos = self._set_aside(node, base, pos, cur, out)

@@ -58,6 +58,16 @@ class TreeStack:
         ``missing``: ``X`` holds NaN (routed by ``missing_go_to_left``)."""
         return route(X, self.table, xp=xp, trees=trees, missing=missing)
 
+    def top_codes(self, xp):
+        """Index of each node's largest value along axis 1 (a single-output
+        classifier's class code at each node; ties: the first), computed
+        once per stack."""
+        codes = self.__dict__.get("_top_codes")
+        if codes is None:
+            codes = xp.argmax(self.value, axis=1)
+            object.__setattr__(self, "_top_codes", codes)  # a cache, not state
+        return codes
+
     def chunks(self, X, *, xp, max_elements=1 << 19, missing=False):
         """Yield ``(first tree, leaf values (T_c, n, ...))`` over chunks of
         trees holding about ``max_elements`` (tree, row, value) entries each:
