@@ -806,9 +806,12 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
         for a multi-output tree."""
         ctx, X, missing = self._predict_data(X)
         xp = ctx.xp
+        if _n_outputs(self) == 1:  # each leaf's class is known: gather it
+            stack = self._stack(ctx)
+            leaves = stack.leaves(X, xp=xp, missing=missing)[0, :]
+            codes = xp.take(stack.top_codes(xp), leaves)
+            return decode_labels(self.classes_, codes, ctx)
         P = self._leaf_values(ctx, X, missing)
-        if _n_outputs(self) == 1:
-            return decode_labels(self.classes_, xp.argmax(P, axis=1), ctx)
         return _stack_labels(
             [
                 decode_labels(c, xp.argmax(P[:, o, : int(c.shape[0])], axis=1), ctx)

@@ -1457,7 +1457,7 @@ def routing_table(
     )
 
 
-def route(X, table, *, xp, trees=None, compact_every=8, missing=False):
+def route(X, table, *, xp, trees=None, compact_every=3, missing=False):
     """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
     the table's trees, default all): an array (T, n). See :func:`_route`; on
     NumPy the same walk runs in preallocated buffers (:func:`_route_numpy`).
@@ -1525,46 +1525,149 @@ def _route_example():
     return (X, table), {"xp": np, "compact_every": 1}
 
 
+# (tree, row) pairs walked together by the NumPy fast path (per-step buffers
+# of about 40 bytes a pair): large enough that the ~10 calls of a step cost
+# little beside their work (2^15 to 2^18 measured alike, smaller was slower)
+_ROUTE_BLOCK = 1 << 16
+# rows of X (in bytes) one block of several trees walks: they are read again
+# by every tree of the block, so they should stay in cache
+_ROUTE_ROW_BYTES = 1 << 19
+
+
+def _route_nan_example():
+    """NaN sent left or right as each node says, compacting every step."""
+    rng = np.random.default_rng(1)
+    feature = np.array([1, 0, -2, -2, 2, -2, -2], dtype=np.int64)
+    threshold = np.array([0.0, 0.5, -2, -2, -0.2, -2, -2])
+    left = np.array([1, 2, -1, -1, 5, -1, -1], dtype=np.int64)
+    right = np.array([4, 3, -1, -1, 6, -1, -1], dtype=np.int64)
+    missing_left = np.array([0, 1, 0, 0, 0, 0, 0], dtype=bool)
+    X = rng.normal(size=(200, 3))
+    X[rng.random(X.shape) < 0.25] = np.nan
+    table = routing_table(
+        feature, threshold, left, right, [2], xp=np, missing_left=missing_left
+    )
+    return (X, table), {"xp": np, "missing": True, "compact_every": 1}
+
+
+def _route_deep_example():
+    """Three deep trees over more (tree, row) pairs than one block: pairs set
+    aside along the way, blocks that span two trees."""
+    return _deep_example(np.random.default_rng(2), n_trees=3, n=_ROUTE_BLOCK // 2 + 7)
+
+
+def _deep_example(rng, *, n_trees, n):
+    """Random complete-ish trees of depth 9 to 13 stacked as a forest."""
+    d = 5
+    feats, thrs, lefts, rights, roots, depths = [], [], [], [], [], []
+    N = 0
+    for t in range(n_trees):
+        depth = 9 + 2 * t
+        m = 2 ** (depth + 1) - 1
+        ids = np.arange(m, dtype=np.int64)
+        inner = (ids < m // 2) & (rng.random(m) < 0.8)
+        inner[0] = True
+        feats.append(np.where(inner, rng.integers(0, d, m), -2))
+        thrs.append(np.where(inner, rng.normal(scale=0.5, size=m), -2.0))
+        lefts.append(np.where(inner, N + 2 * ids + 1, -1))
+        rights.append(np.where(inner, N + 2 * ids + 2, -1))
+        roots.append(N)
+        depths.append(depth)
+        N += m
+    table = routing_table(
+        *(np.concatenate(a) for a in (feats, thrs, lefts, rights)),
+        depths,
+        xp=np,
+        roots=np.asarray(roots, dtype=np.int64),
+    )
+    return (rng.normal(size=(n, d)), table), {"xp": np, "compact_every": 2}
+
+
+@fast_path("tree.route", "numpy", example=_route_deep_example)
+@fast_path("tree.route", "numpy", example=_route_nan_example)
 @fast_path("tree.route", "numpy", example=_route_example)
-def _route_numpy(X, table, *, xp, trees=None, compact_every=8, missing=False):
-    """:func:`_route` on NumPy: each step writes into buffers made once (no
-    temporary arrays), and the gathers skip bounds checks (``mode="wrap"``:
-    every index is a node of the table or an entry of ``X`` by construction)."""
+def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
+    """:func:`_route` on NumPy, in blocks of at most ``_ROUTE_BLOCK`` (tree,
+    row) pairs: a block of several trees walks a slice of the rows small
+    enough (``_ROUTE_ROW_BYTES``) that they stay in cache from tree to tree.
+    Each step writes into buffers made once per call, the gathers skip bounds
+    checks (``mode="clip"``: every index is a node of the table or an entry of
+    ``X`` by construction), and every ``compact_every`` steps the pairs that
+    reached a leaf are written to the result and dropped, when they are at
+    least an eighth of the block's."""
     n, d = int(X.shape[0]), int(X.shape[1])
     trees = slice(None) if trees is None else trees
-    roots = np.asarray(table.roots[trees])
-    depth = int(table.depths[trees].max())
+    roots = np.asarray(table.roots[trees], dtype=np.int64)
+    depths = np.asarray(table.depths[trees])
     T = int(roots.shape[0])
     Xflat = np.reshape(X, (-1,))
-    node = np.repeat(roots.astype(np.int64), n)
-    base = np.tile(np.arange(n, dtype=np.int64) * d, T)
-    slot = np.arange(T * n, dtype=np.int64)
-    ix = np.empty(T * n, dtype=np.int64)
-    xv = np.empty(T * n, dtype=Xflat.dtype)
-    tv = np.empty(T * n, dtype=table.threshold.dtype)
-    gt = np.empty(T * n, dtype=bool)
-    done_slot, done_node = [], []
-    for step in range(depth):
+    rows = n if T == 1 else _ROUTE_ROW_BYTES // max(1, d * Xflat.itemsize)
+    rows = max(1, min(n, rows, _ROUTE_BLOCK))
+    per = max(1, _ROUTE_BLOCK // rows)  # trees per block
+    every = max(1, int(compact_every))
+    walk = _Walk(Xflat, table, d, every=every, missing=missing, size=min(T, per) * rows)
+    out = np.empty(T * n, dtype=np.int64)
+    for r0 in range(0, n, rows):
+        r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
+        for a in range(0, T, per):
+            b = min(T, a + per)
+            node = walk.ints[0][: (b - a) * int(r.shape[0])]
+            node.reshape(b - a, -1)[...] = roots[a:b, None]
+            pos = np.reshape(np.arange(a, b, dtype=np.int64)[:, None] * n + r, (-1,))
+            base = np.tile(r * d, b - a)
+            node, base, pos = walk.block(node, base, pos, int(depths[a:b].max()), out)
+            out[pos] = node
+    return np.reshape(out, (T, n))
+
+
+class _Walk:
+    """Buffers and tables of one :func:`_route_numpy` call."""
+
+    def __init__(self, Xflat, table, d, *, every, missing, size):
+        self.X, self.table, self.d, self.every = Xflat, table, d, every
+        self.missing = missing and table.missing_right is not None
+        self.ints = [np.empty(size, dtype=np.int64) for _ in range(2)]
+        self.x = np.empty(size, dtype=Xflat.dtype)
+        self.t = np.empty(size, dtype=table.threshold.dtype)
+        self.g = np.empty(size, dtype=bool)
+
+    def block(self, node, base, pos, depth, out):
+        """Walk one block ``depth`` steps from ``node`` (a view of
+        ``self.ints[0]``); writes the pairs set aside to ``out[pos]`` and
+        returns the rest ``(node, base, pos)``."""
+        tb, X, add = self.table, self.X, np.add
+        feature, threshold, kids = tb.feature, tb.threshold, tb.kids
+        cur, spare = 0, 1
+        for step in range(depth):
+            k = int(node.shape[0])
+            i, x, t, g = self.ints[spare][:k], self.x[:k], self.t[:k], self.g[:k]
+            feature.take(node, out=i, mode="clip")  # methods: no wrapper call
+            add(i, base, out=i)
+            X.take(i, out=x, mode="clip")
+            threshold.take(node, out=t, mode="clip")
+            np.greater(x, t, out=g)
+            if self.missing:  # NaN goes right where the node says so
+                g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
+            add(node, node, out=node)
+            add(node, g, out=node)
+            kids.take(node, out=i, mode="clip")
+            node, cur, spare = i, spare, cur
+            if (step + 1) % self.every == 0 and step + 1 < depth:
+                node, base, pos = self._set_aside(node, base, pos, cur, out)
+        return node, base, pos
+
+    def _set_aside(self, node, base, pos, cur, out):
+        """Write the pairs that reached a leaf to ``out`` and drop them, when
+        they are at least an eighth of those still walking."""
+        fin = np.take(self.table.leaf, node, mode="clip")
         k = int(node.shape[0])
-        i, x, t, g = ix[:k], xv[:k], tv[:k], gt[:k]
-        np.take(table.feature, node, out=i, mode="wrap")
-        np.add(i, base, out=i)
-        np.take(Xflat, i, out=x, mode="wrap")
-        np.take(table.threshold, node, out=t, mode="wrap")
-        np.greater(x, t, out=g)
-        if missing:  # NaN goes right where the node says so
-            g |= np.isnan(x) & np.take(table.missing_right, node, mode="wrap")
-        np.multiply(node, 2, out=node)
-        np.add(node, g, out=node)
-        np.take(table.kids, node, out=i, mode="wrap")
-        node, ix = i, node  # the old nodes' array is the next scratch
-        if (step + 1) % compact_every == 0 and step + 1 < depth:
-            fin = np.take(table.leaf, node)
-            done_slot.append(slot[fin])
-            done_node.append(node[fin])
-            keep = ~fin
-            slot, base, node = slot[keep], base[keep], node[keep]
-    if done_slot:
-        slot = np.concatenate(done_slot + [slot])
-        node = np.concatenate(done_node + [node])[np.argsort(slot)]
-    return np.reshape(node, (T, n))
+        if 8 * int(np.count_nonzero(fin)) < k:
+            return node, base, pos
+        done = np.flatnonzero(fin)
+        out[np.take(pos, done, mode="clip")] = np.take(node, done, mode="clip")
+        keep = np.flatnonzero(~fin)
+        kept = self.ints[1 - cur][: int(keep.shape[0])]
+        np.take(node, keep, out=kept, mode="clip")
+        self.ints[cur], self.ints[1 - cur] = self.ints[1 - cur], self.ints[cur]
+        base = np.take(base, keep, mode="clip")
+        return kept, base, np.take(pos, keep, mode="clip")

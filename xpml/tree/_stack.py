@@ -21,7 +21,7 @@ import numpy as np
 
 from xpml._backend import move, to_numpy
 from xpml.tree._grow import RoutingTable, route, routing_table
-from xpml.utils._array_api import namespace_name
+from xpml.utils._array_api import is_numpy_namespace, namespace_name
 
 __all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
 
@@ -57,6 +57,16 @@ class TreeStack:
         """Leaf of every row of ``X`` in every tree (a slice): (T, n);
         ``missing``: ``X`` holds NaN (routed by ``missing_go_to_left``)."""
         return route(X, self.table, xp=xp, trees=trees, missing=missing)
+
+    def top_codes(self, xp):
+        """Index of each node's largest value along axis 1 (a single-output
+        classifier's class code at each node; ties: the first), computed
+        once per stack."""
+        codes = self.__dict__.get("_top_codes")
+        if codes is None:
+            codes = xp.argmax(self.value, axis=1)
+            object.__setattr__(self, "_top_codes", codes)  # a cache, not state
+        return codes
 
     def chunks(self, X, *, xp, max_elements=1 << 19, missing=False):
         """Yield ``(first tree, leaf values (T_c, n, ...))`` over chunks of
@@ -122,7 +132,10 @@ def _missing_left(t):
 
 def _upload(host, value, xp, dev):
     """Move a host table and values in one upload: node indices ride in the
-    float array when it holds them exactly (else a second, integer upload)."""
+    float array when it holds them exactly (else a second, integer upload).
+    On NumPy the host arrays are used as they are (nothing to upload)."""
+    if is_numpy_namespace(xp):
+        return host, value
     N, T = int(host.feature.shape[0]), int(host.roots.shape[0])
     mr = host.missing_right.astype(np.int64)
     ints = np.concatenate([host.feature, host.kids, host.roots, mr])
