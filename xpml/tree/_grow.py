@@ -4,10 +4,12 @@ Every open node of one depth (across all trees being grown) is processed
 together. Nodes are grouped by their number of samples into padded *node
 blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
 
-1. the candidate features' values of each node's samples are gathered into a
-   ``(nodes, features, L)`` array, padded with ``+inf``;
-2. every feature of every node is sorted at once (one ``argsort`` along the last
-   axis);
+1. the candidate features' ranks at each node's samples are gathered into a
+   ``(nodes, features, L)`` array, padded with the rank of ``+inf`` (each fit
+   ranks every feature once, :func:`_rank_tables`);
+2. every feature of every node is sorted at once: small integer keys
+   ``rank·2^s + position`` along the last axis (a stable sort by value; rows
+   of a few entries go through a sorting network), values read back by rank;
 3. ``cumulative_sum`` along the sorted order gives the left child's weighted
    class counts (or weighted sums of ``y``) at every threshold; the right
    child's follow by subtraction from the total (absolute error: the weighted
@@ -16,7 +18,8 @@ blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
 4. the criterion is scored at every position between *distinct* neighbouring
    values, for all features in one array pass, and ``argmax`` picks the best
    ``(feature, threshold)`` of each node;
-5. each node's entries are sorted along its chosen feature: the left child's
+5. each node's entries are laid out along its chosen feature (the order of
+   step 2): the left child's
    entries are then the first ``p + 1`` of the row, the right child's the rest,
    so the next depth reads its nodes straight out of these rows (no
    compaction, no boolean mask).
