@@ -4,10 +4,12 @@ Every open node of one depth (across all trees being grown) is processed
 together. Nodes are grouped by their number of samples into padded *node
 blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
 
-1. the candidate features' values of each node's samples are gathered into a
-   ``(nodes, features, L)`` array, padded with ``+inf``;
-2. every feature of every node is sorted at once (one ``argsort`` along the last
-   axis);
+1. the candidate features' ranks at each node's samples are gathered into a
+   ``(nodes, features, L)`` array, padded with the rank of ``+inf`` (each fit
+   ranks every feature once, :func:`_rank_tables`);
+2. every feature of every node is sorted at once: small integer keys
+   ``rank·2^s + position`` along the last axis (a stable sort by value; rows
+   of a few entries go through a sorting network), values read back by rank;
 3. ``cumulative_sum`` along the sorted order gives the left child's weighted
    class counts (or weighted sums of ``y``) at every threshold; the right
    child's follow by subtraction from the total (absolute error: the weighted
@@ -16,7 +18,8 @@ blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
 4. the criterion is scored at every position between *distinct* neighbouring
    values, for all features in one array pass, and ``argmax`` picks the best
    ``(feature, threshold)`` of each node;
-5. each node's entries are sorted along its chosen feature: the left child's
+5. each node's entries are laid out along its chosen feature (the order of
+   step 2): the left child's
    entries are then the first ``p + 1`` of the row, the right child's the rest,
    so the next depth reads its nodes straight out of these rows (no
    compaction, no boolean mask).
@@ -37,12 +40,13 @@ decrease is at least ``min_impurity_decrease``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.tree._median import median_of, range_abs_errors, rank_rows
+from xpml.tree._median import invert_rows, median_of, range_abs_errors, rank_rows
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -74,6 +78,10 @@ _HOST_WORK_ELEMENTS = 1 << 16
 # the absolute-error search holds about this many times more (nodes, features,
 # L)-sized arrays (the median walk's queries, cumulative sums and partitions)
 _ABS_ERROR_WORK_FACTOR = 4
+# rows of at most this many entries are sorted by a sorting network (a few
+# elementwise min/max passes) rather than a row-wise sort, whose cost per row
+# dominates short rows
+_NETWORK_SORT = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +240,9 @@ class _Growth:
     stats: dict  # node blocks and re-draw rounds, counted for tests and benches
     xp: Any
     missing: bool = False  # X holds NaN: stored as +inf in Xflat (see _start)
+    Rflat: Any = None  # each entry's rank within its feature (see _rank_tables)
+    XS: Any = None  # the value of each rank, feature after feature
+    n_ranks: int = 0  # ranks per feature, the sentinel's included (n + 1)
 
     @property
     def m(self):
@@ -336,6 +347,8 @@ def grow(
     if missing:  # NaN sorts as +inf: one run after a row's other real values
         g.missing = True
         g.Xflat = xp.where(xp.isnan(g.Xflat), xp.inf, g.Xflat)
+    g.Rflat, g.XS = _rank_tables(g.Xflat, g.d, xp=xp)
+    g.n_ranks = int(g.Xflat.shape[0]) // g.d
     level = _grow_roots(g, samp, sampw, np.asarray(root_lens, dtype=np.int64))
     while len(level.ids):
         level = _grow_level(g, level)
@@ -371,6 +384,83 @@ def _start(X, y, params, rngs, budget, *, xp):
         stats={"node_blocks": 0, "redraws": 0},
         xp=xp,
     )
+
+
+def _rank_tables(Xflat, d, *, xp):
+    """Each entry's dense rank within its feature (equal values share one),
+    laid out as ``Xflat`` (int32), and the value of every rank, feature after
+    feature: ``XS[f·(n+1) + r]`` (+inf past the feature's last rank). Sorting
+    a node's entries along a feature then sorts small integer keys
+    ``rank·2^s + position`` (stable, and much cheaper than an argsort of
+    floats); values come back from ``XS``."""
+    nr = int(Xflat.shape[0]) // d
+    dev = device(Xflat)
+    # one contiguous row per feature
+    XT = xp.reshape(
+        xp.reshape(xp.permute_dims(xp.reshape(Xflat, (nr, d)), (1, 0)), (-1,)), (d, nr)
+    )
+    order = xp.argsort(XT, axis=-1, stable=False)  # ties share a rank: any order
+    sv = xp.take_along_axis(XT, order, axis=-1)
+    first = xp.ones((d, 1), dtype=xp.bool, device=dev)
+    new = xp.concat([first, sv[:, 1:] != sv[:, :-1]], axis=-1)
+    dense = xp.cumulative_sum(xp.astype(new, xp.int32), axis=-1, dtype=xp.int32) - 1
+    RT = xp.take_along_axis(dense, invert_rows(order, xp=xp), axis=-1)
+    R = xp.reshape(xp.permute_dims(RT, (1, 0)), (-1,))
+    # where each rank's run starts in the sorted row, in rank order (``nr``
+    # past the last rank, clipped to the sentinel's +inf)
+    pos = xp.arange(nr, dtype=xp.int64, device=dev)
+    starts = xp.sort(xp.where(new, pos, xp.full_like(pos, nr)), axis=-1, stable=False)
+    XS = xp.take_along_axis(sv, xp.minimum(starts, xp.full_like(pos, nr - 1)), axis=-1)
+    return R, xp.reshape(XS, (-1,))
+
+
+def _sort_by_rank(g, ranks, L):
+    """Sort rows of ``ranks`` (..., L) by (rank, position), as a stable argsort
+    of the values would: returns the positions and the ranks in that order
+    (int32 keys while ``(rank + 1)·2^s`` fits, ``2^s >= L``)."""
+    xp = g.xp
+    s = max(0, (L - 1).bit_length())
+    dt = xp.int32 if (g.n_ranks + 1) << s < 2**31 else xp.int64
+    pos = xp.arange(L, dtype=dt, device=device(ranks))
+    key = xp.astype(ranks, dt, copy=False) * (1 << s) + pos
+    if L <= _NETWORK_SORT:  # many short rows: a row-wise sort costs per row
+        cols = [key[..., i] for i in range(L)]
+        for i, j in _sorting_network(L):
+            cols[i], cols[j] = (
+                xp.minimum(cols[i], cols[j]),
+                xp.maximum(cols[i], cols[j]),
+            )
+        key = xp.stack(cols, axis=-1)
+    else:
+        key = xp.sort(key, axis=-1, stable=False)  # the keys are distinct
+    return xp.bitwise_and(key, (1 << s) - 1), xp.bitwise_right_shift(key, s)
+
+
+@functools.cache
+def _sorting_network(L):
+    """Comparators ``(i, j)``, ``i < j``, that sort ``L`` values: Batcher's
+    odd-even merge sort of the next power of two, without the comparators
+    that touch the missing (+inf) values past ``L``."""
+    P = 1 << max(0, (L - 1).bit_length())
+    out, p = [], 1
+    while p < P:
+        k = p
+        while k >= 1:
+            for j in range(k % p, P - k, 2 * k):
+                for i in range(min(k, P - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p) and i + j + k < L:
+                        out.append((i + j, i + j + k))
+            k //= 2
+        p *= 2
+    return tuple(out)
+
+
+def _flat_rows(perm, nb, L, xp):
+    """Flat indices of ``perm`` (nb, ..., L) positions into (nb·L,) rows."""
+    if nb * L >= 2**31:
+        perm = xp.astype(perm, xp.int64)
+    rows = xp.arange(nb, dtype=perm.dtype, device=device(perm)) * L
+    return xp.reshape(perm + xp.reshape(rows, (nb,) + (1,) * (perm.ndim - 1)), (-1,))
 
 
 def _root_stats(g, samp, sampw, starts, ends):
@@ -537,7 +627,10 @@ def _block_round(g, level, blk, F, U):
         extra = [xp.astype(const, g.Xflat.dtype)]
     res = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
     score, feat, p, thr = res[:4]
-    rs, rw, cols = _children_stats(g, ent, feat, p, *res[4:])
+    if g.missing:
+        rs, rw, cols = _children_stats(g, ent, feat, p, *res[4:])
+    else:  # the chosen feature's order, from the search
+        rs, rw, cols = _children_stats(g, ent, feat, p, order=res[4])
     dtype = g.Xflat.dtype
     head = xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype), thr], axis=1)
     if g.missing:  # where missing values go: the last column before ``extra``
@@ -575,18 +668,24 @@ def _gather_block(g, level, aux, L, ids):
 
 
 def _gather_features(g, ent, F):
-    """Values (nb·m·L,) of the drawn features ``F`` (nb, m) at the block's
-    entries, and which of them are constant in the node (nb, m)."""
+    """Ranks (nb·m·L,) of the drawn features ``F`` (nb, m) at the block's
+    entries (:func:`_rank_tables`), and which of the features are constant in
+    the node (nb, m)."""
     xp = g.xp
     nb, L = ent.sids.shape
     m = int(F.shape[1])
     idx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, m, 1))
-    vals = xp.take(g.Xflat, xp.reshape(idx, (-1,)))
-    v3 = xp.reshape(vals, (nb, m, L))
-    ninf = xp.full((), -xp.inf, dtype=vals.dtype, device=device(vals))
-    hi = xp.max(xp.where(ent.valid[:, None, :], v3, ninf), axis=-1)
-    lo = xp.min(v3, axis=-1)  # padding is +inf
-    return vals, hi <= lo + FEATURE_THRESHOLD
+    ranks = xp.take(g.Rflat, xp.reshape(idx, (-1,)))
+    r3 = xp.reshape(ranks, (nb, m, L))
+    none = xp.full((), -1, dtype=ranks.dtype, device=device(ranks))
+    top = xp.max(xp.where(ent.valid[:, None, :], r3, none), axis=-1)
+    low = xp.min(r3, axis=-1)  # padding holds the largest rank (+inf)
+    fo = F * g.n_ranks
+    hi, lo = (
+        xp.take(g.XS, xp.reshape(fo + top, (-1,))),
+        xp.take(g.XS, xp.reshape(fo + low, (-1,))),
+    )
+    return ranks, xp.reshape(hi <= lo + FEATURE_THRESHOLD, (nb, m))
 
 
 class _Draw:
@@ -646,7 +745,7 @@ def _chunk(g, row):
 def _best_split(g, ent, F, vals, chunk):
     """:func:`_search` over the candidate features ``F`` (nb, f) in chunks of
     ``chunk``, keeping the first best (ties go to the earlier feature).
-    ``vals`` (nb·f·L,), when given, holds the features' values at the entries."""
+    ``vals`` (nb·f·L,), when given, holds the features' ranks at the entries."""
     xp = g.xp
     nb, L = ent.sids.shape
     m = int(F.shape[1])
@@ -662,7 +761,10 @@ def _best_split(g, ent, F, vals, chunk):
             best = res
         else:
             better = res[0] > best[0]
-            best = tuple(xp.where(better, r, b) for r, b in zip(res, best))
+            best = tuple(
+                xp.where(xp.reshape(better, (-1,) + (1,) * (r.ndim - 1)), r, b)
+                for r, b in zip(res, best)
+            )
     return best
 
 
@@ -690,28 +792,22 @@ def _channels(g, ent):
     return xp.stack(rows)
 
 
-def _sorted_columns(g, ent, F, vals):
+def _sorted_columns(g, ent, F, ranks):
     """Values of features ``F`` (nb, f), each row sorted by value (nb, f, L),
-    and the block's channels (:func:`_channels`) in the same order:
-    (C, nb, f, L)."""
+    the block's channels (:func:`_channels`) in the same order (C, nb, f, L)
+    and that order (nb, f, L): positions in the node's row. ``ranks`` (nb·f·L,), when given, holds the features' ranks
+    at the entries (:func:`_rank_tables`)."""
     xp = g.xp
     nb, L = ent.sids.shape
     f = int(F.shape[1])
-    dev = device(ent.sids)
-    if vals is None:
+    if ranks is None:
         gidx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, f, 1))
-        vals = xp.take(g.Xflat, xp.reshape(gidx, (-1,)))
-    # ties need no order here: only positions between distinct values are scored
-    perm = xp.argsort(xp.reshape(vals, (nb, f, L)), axis=-1, stable=False)
-    rows = xp.arange(nb * f, dtype=perm.dtype, device=dev) * L
-    xs = xp.reshape(
-        xp.take(vals, xp.reshape(perm + xp.reshape(rows, (nb, f, 1)), (-1,))),
-        (nb, f, L),
-    )
-    nrow = xp.arange(nb, dtype=perm.dtype, device=dev) * L
-    flat = xp.reshape(perm + xp.reshape(nrow, (nb, 1, 1)), (-1,))
-    chans = xp.take(ent.chan, flat, axis=1)
-    return xs, xp.reshape(chans, (int(chans.shape[0]), nb, f, L))
+        ranks = xp.take(g.Rflat, xp.reshape(gidx, (-1,)))
+    perm, rk = _sort_by_rank(g, xp.reshape(ranks, (nb, f, L)), L)
+    at = rk + xp.reshape(F * g.n_ranks, (nb, f, 1))
+    xs = xp.reshape(xp.take(g.XS, xp.reshape(at, (-1,))), (nb, f, L))
+    chans = xp.take(ent.chan, _flat_rows(perm, nb, L, xp), axis=1)
+    return xs, xp.reshape(chans, (int(chans.shape[0]), nb, f, L)), perm
 
 
 def _class_scores(g, cum, wlr):
@@ -835,11 +931,20 @@ def _search(g, ent, F, vals):
     and threshold.
     """
     xp = g.xp
-    xs, chans = _sorted_columns(g, ent, F, vals)
+    xs, chans, perm = _sorted_columns(g, ent, F, vals)
     cum = xp.cumulative_sum(chans, axis=-1)
     if g.missing:
         return _search_missing(g, ent, F, xs, cum)
-    return _pick(g, ent, F, xs, _scores(g, ent, cum, chans))
+    best, feat, p, thr, j = _pick(g, ent, F, xs, _scores(g, ent, cum, chans))
+    # the chosen feature's order (nb, L), which the children are laid out in
+    nb, f, L = (int(n) for n in perm.shape)
+    at = xp.reshape(xp.astype(j, perm.dtype), (nb, 1)) * L
+    at = at + xp.reshape(
+        xp.arange(nb, dtype=perm.dtype, device=device(perm)), (nb, 1)
+    ) * (f * L)
+    at = at + xp.reshape(xp.arange(L, dtype=perm.dtype, device=device(perm)), (1, L))
+    order = xp.reshape(xp.take(xp.reshape(perm, (-1,)), xp.reshape(at, (-1,))), (nb, L))
+    return best, feat, p, thr, order
 
 
 def _scores(g, ent, cum, chans=None):
@@ -973,7 +1078,7 @@ def _pick(g, ent, F, xs, score):
     feat = xp.take_along_axis(F, j[:, None], axis=-1)[:, 0]
     if ent.u is not None:  # the drawn threshold, not the midpoint
         thr = xp.take_along_axis(t, j[:, None], axis=-1)[:, 0]
-    return best, feat, p, thr
+    return best, feat, p, thr, j
 
 
 def _random_cut(g, ent, F, xs, nmiss=None):
@@ -1008,23 +1113,26 @@ def _random_cut(g, ent, F, xs, nmiss=None):
     return cut & varies[..., None], t
 
 
-def _children_stats(g, ent, feat, p, go_left=None):
+def _children_stats(g, ent, feat, p, go_left=None, *, order=None):
     """Sort each node's entries along its chosen feature; statistics of the
     left part (positions ``<= p``) and of the whole node. ``go_left`` (nb,):
-    the node's missing values (+inf) sort first instead of last."""
+    the node's missing values (+inf) sort first instead of last. ``order``
+    (nb, L): that sort, when the search has it already."""
     xp, params = g.xp, g.params
     nb, L = ent.sids.shape
     dev = device(ent.sids)
     pos = xp.arange(L, dtype=ent.sids.dtype, device=dev)
-    idx = xp.reshape(ent.sids * g.d + feat[:, None], (-1,))
-    v = xp.reshape(xp.take(g.Xflat, idx), (nb, L))
-    if go_left is not None:
-        ninf = xp.full((), -xp.inf, dtype=v.dtype, device=dev)
-        v = xp.where(ent.valid & xp.isinf(v) & go_left[:, None], ninf, v)
-    perm = xp.argsort(v, axis=-1, stable=True)
+    perm = order
+    if order is None:
+        idx = xp.reshape(ent.sids * g.d + feat[:, None], (-1,))
+        r = xp.reshape(xp.take(g.Rflat, idx), (nb, L)) + 1
+        if go_left is not None:  # missing values (+inf, the sentinel's rank) first
+            top = xp.take(g.Rflat, (g.n_ranks - 1) * g.d + feat) + 1
+            first = ent.valid & (r == top[:, None]) & go_left[:, None]
+            r = xp.where(first, xp.zeros_like(r), r)
+        perm, _ = _sort_by_rank(g, r, L)  # a stable sort by value
     # flat gathers: cheaper than take_along_axis on NumPy, the same values
-    rows = xp.arange(nb, dtype=perm.dtype, device=dev)[:, None] * L
-    flat = xp.reshape(perm + rows, (-1,))
+    flat = _flat_rows(perm, nb, L, xp)
     rs = xp.reshape(xp.take(xp.reshape(ent.sids, (-1,)), flat), (nb, L))
     rw = xp.reshape(xp.take(xp.reshape(ent.ws, (-1,)), flat), (nb, L))
     rwl = xp.where(pos[None, :] <= p[:, None], rw, xp.zeros_like(rw))
@@ -1033,9 +1141,10 @@ def _children_stats(g, ent, feat, p, go_left=None):
     ys = xp.reshape(xp.take(g.y, xp.reshape(rs, (-1,))), (nb, L))
     if params.classification:
         ks = xp.arange(params.n_classes, dtype=ys.dtype, device=dev)
-        oh = xp.astype(ys[:, :, None] == ks[None, None, :], rw.dtype)
-        cl = xp.sum(oh * rwl[:, :, None], axis=1)
-        ct = xp.sum(oh * rw[:, :, None], axis=1)
+        hit = ys[:, :, None] == ks[None, None, :]
+        zero = xp.zeros((), dtype=rw.dtype, device=dev)
+        cl = xp.sum(xp.where(hit, rwl[:, :, None], zero), axis=1)
+        ct = xp.sum(xp.where(hit, rw[:, :, None], zero), axis=1)
         return rs, rw, [cl, ct]
     if params.criterion == "absolute_error":
         return rs, rw, [_abs_error_children(g, ent, flat, rw, p)]
