@@ -76,9 +76,8 @@ def host_threads(xp) -> int:
 def one_blas_thread(xp) -> bool:
     """Whether NumPy's BLAS is limited to one thread (threadpoolctl's
     ``threadpool_limits(1)``): the caller asks for one core, so tiled loops
-    run their blocks one after the other. The same check as the k-means
-    assignment's ``xpml.cluster._kmeans._one_blas_thread``, here for callers
-    that should not import ``xpml.cluster`` (SciPy's hierarchy module with it)."""
+    run their blocks one after the other. Shared by the k-means assignment and
+    the brute neighbour search."""
     if not is_numpy_namespace(xp):
         return False
     controller = _blas_controller()

@@ -31,7 +31,7 @@ from xpml.kernels import (
     sq_distances,
     sq_norms,
 )
-from xpml.linalg import CPU_TILE_BYTES, _blas_controller, map_row_blocks
+from xpml.linalg import CPU_TILE_BYTES, map_row_blocks, one_blas_thread
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -108,19 +108,6 @@ def _nearest_numpy(Ab, B, prev, /, *, xp):
     return lab
 
 
-def _one_blas_thread(xp):
-    """Whether NumPy's BLAS is limited to one thread (threadpoolctl's
-    ``threadpool_limits(1)``): the caller asks for one core, so the row blocks
-    then run one after the other instead of on a thread pool."""
-    if not is_numpy_namespace(xp):
-        return False
-    controller = _blas_controller()
-    if controller is None:
-        return False
-    counts = [c.num_threads for c in controller.lib_controllers if c.user_api == "blas"]
-    return bool(counts) and max(counts) <= 1
-
-
 def _assign_factored(A, B, previous, rows, /, *, xp):
     """Labels of all rows of ``A = [x, 1]`` against ``B = [−2c, ‖c‖²]``, in row
     blocks (a thread pool on NumPy, :func:`xpml.linalg.map_row_blocks`, unless
@@ -133,7 +120,7 @@ def _assign_factored(A, B, previous, rows, /, *, xp):
         return nearest(A[r0:r1, :], B, prev, xp=xp)
 
     n = A.shape[0]
-    if _one_blas_thread(xp):
+    if one_blas_thread(xp):
         out = [block(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
     else:
         out = map_row_blocks(block, n, rows, xp=xp)
