@@ -216,6 +216,20 @@ def _dot_kernel_torch(G, /, *, xp, gamma, coef0, degree, kind, inplace=False):
     return Z.pow_(degree) if kind == "poly" else Z.tanh_()
 
 
+def _dot_kernel_in_place(G, kind, params, /, *, xp):
+    """The ``poly`` or ``sigmoid`` kernel finished in place on the products
+    ``G`` (ours to overwrite), with ``params``' gamma, coef0 and degree."""
+    return dispatch("kernels.dot_kernel", xp)(
+        G,
+        xp=xp,
+        gamma=params["gamma"],
+        coef0=params["coef0"],
+        degree=params["degree"],
+        kind=kind,
+        inplace=True,
+    )
+
+
 def _clamp_min0_(D, *, xp, fast=True):
     """``max(D, 0)``, in place on ``D`` (a temporary we own) where the library
     allows; the portable form allocates."""
@@ -289,15 +303,7 @@ def _kernel_block(Xb, Y, kernel, p, *, xp, diag_offset=None, Y_factor=None):
     if kernel == "linear":
         return Xb @ Y.T
     if kernel in ("poly", "sigmoid"):  # the product is ours: finish it in place
-        return dispatch("kernels.dot_kernel", xp)(
-            Xb @ Y.T,
-            xp=xp,
-            gamma=p["gamma"],
-            coef0=p["coef0"],
-            degree=p["degree"],
-            kind=kernel,
-            inplace=True,
-        )
+        return _dot_kernel_in_place(Xb @ Y.T, kernel, p, xp=xp)
     if kernel == "rbf":
         return _rbf_block(
             Xb, Y, p["gamma"], xp=xp, Y_factor=Y_factor, diag_offset=diag_offset
@@ -847,12 +853,4 @@ def _block_in_place(L, R, kernel, params, out):
         return _clamp_exp_numpy(E, xp=np, inplace=True)
     if kernel == "linear":
         return E
-    return _dot_kernel_numpy(
-        E,
-        xp=np,
-        gamma=params["gamma"],
-        coef0=params["coef0"],
-        degree=params["degree"],
-        kind=kernel,
-        inplace=True,
-    )
+    return _dot_kernel_in_place(E, kernel, params, xp=np)

@@ -938,12 +938,8 @@ def _search(g, ent, F, vals):
     best, feat, p, thr, j = _pick(g, ent, F, xs, _scores(g, ent, cum, chans))
     # the chosen feature's order (nb, L), which the children are laid out in
     nb, f, L = (int(n) for n in perm.shape)
-    at = xp.reshape(xp.astype(j, perm.dtype), (nb, 1)) * L
-    at = at + xp.reshape(
-        xp.arange(nb, dtype=perm.dtype, device=device(perm)), (nb, 1)
-    ) * (f * L)
-    at = at + xp.reshape(xp.arange(L, dtype=perm.dtype, device=device(perm)), (1, L))
-    order = xp.reshape(xp.take(xp.reshape(perm, (-1,)), xp.reshape(at, (-1,))), (nb, L))
+    row = xp.arange(nb, dtype=j.dtype, device=device(j)) * f + j  # (node, j) row
+    order = xp.take(xp.reshape(perm, (nb * f, L)), row, axis=0)
     return best, feat, p, thr, order
 
 
