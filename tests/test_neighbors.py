@@ -1,6 +1,8 @@
 """k-NN: scikit-learn brute-force parity on digits, tiling, ties, the k-d tree and
 the approximate mode's recall, on every array library."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -756,3 +758,28 @@ def test_exhaustive_search_honours_one_blas_thread(monkeypatch, rng):
     if not S.one_blas_thread(np):  # BLAS not limited by the environment
         with pytest.raises(AssertionError, match="thread pool"):
             S.exhaustive_kneighbors(Q, X, 3, xp=np, block_rows=64)
+
+
+@pytest.mark.parametrize("d", [2, 3, 9])
+@pytest.mark.parametrize("p", [1, 2, math.inf])
+def test_best_bin_first_steps_equal_the_all_leaves_reference(d, p):
+    """The approximate search that finds only the leaves a query can visit and
+    steps all queries together returns what the reference that ranks every
+    leaf box for every query returns: the same indices and rank measures, for
+    small and large leaf budgets, with duplicated points (ties broken by
+    index), queries off the data, and k above some leaves' sizes (those
+    queries take the reference path)."""
+    from xpml.neighbors import _search
+
+    rng = np.random.default_rng(d)
+    X = np.round(rng.normal(size=(700, d)), 1)  # many exact ties
+    X[600:] = X[:100]  # duplicated points
+    Q = np.concatenate(
+        [rng.normal(size=(150, d)), X[:30], 4 + rng.normal(size=(20, d))]
+    )
+    for leaf_size, k, max_leaves in [(16, 5, 1), (16, 5, 4), (8, 3, 16), (5, 7, 3)]:
+        tree = _search.build_kd_tree(X, leaf_size)
+        got = _search._best_bin_first(tree, X, Q, k, max_leaves, p=p, chunk=64)
+        want = _search._best_bin_first_all(tree, X, Q, k, max_leaves, p=p)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])

@@ -1110,8 +1110,8 @@ def kd_tree_kneighbors(tree, X, Q, k, *, max_leaves=None, p=2, cache=None):
     return search(tree, X, Q, k, xp=np, p=p, cache=cache)
 
 
-def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
-    """Approximate search: each query visits leaves in increasing order of the
+def _best_bin_first_all(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
+    """Approximate search, the reference: each query visits leaves in increasing order of the
     squared distance to their box, at most ``max_leaves`` of them (more only
     while it holds fewer than ``k`` candidates)."""
     leaf_points, lo, hi = (np.asarray(tree[key]) for key in ("leaf_points", "lo", "hi"))
@@ -1148,6 +1148,189 @@ def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk_elements=2**22, p=2):
             best_i[active] = np.take_along_axis(cand, o, axis=1)
         out_d[q0 : q0 + Qc.shape[0]] = best_d
         out_i[q0 : q0 + Qc.shape[0]] = best_i
+    return out_d, out_i
+
+
+def _leaf_pairs(t, Qc, reach, p, *, margin):
+    """(query, leaf, box rank) of the leaves whose box rank lies within
+    ``reach`` of each query (``rank * (1 - 1e-12) <= reach`` when ``margin``,
+    else ``rank <= reach``), found by descending all queries together, one tree
+    level per step. A node's box holds its leaves' boxes, so its rank is no
+    larger (the same rounding, monotone): pruning on it loses no leaf. The
+    leaves' ranks are measured as :func:`_best_bin_first_all` measures them."""
+    qi = np.arange(Qc.shape[0])
+    node = np.zeros(Qc.shape[0], dtype=np.int64)
+    pairs_q, pairs_leaf = [], []
+    while qi.size:
+        Qn = Qc[qi]
+        gap = np.maximum(t.node_lo[node] - Qn, 0) + np.maximum(Qn - t.node_hi[node], 0)
+        rank = _gap_rank(gap, p)
+        near = (rank * (1.0 - 1e-12) if margin else rank) <= reach[qi]
+        qi, node = qi[near], node[near]
+        lf = t.leaf[node]
+        inner = lf < 0
+        pairs_q.append(qi[~inner])
+        pairs_leaf.append(lf[~inner])
+        qi = np.repeat(qi[inner], 2)
+        node = t.child[node[inner]].reshape(-1)
+    pq, pl = np.concatenate(pairs_q), np.concatenate(pairs_leaf)
+    gap = np.maximum(t.lo[pl] - Qc[pq], 0) + np.maximum(Qc[pq] - t.hi[pl], 0)
+    return pq, pl, _gap_rank(gap, p)
+
+
+def _leaf_ranks(t, X, Qa, leaves, p):
+    """Rank measures (m, w) of queries ``Qa`` to the points of one leaf each
+    (padding +inf) and the points' indices (padding ``n``), measured as
+    :func:`_best_bin_first_all` measures them."""
+    ids = t.leaf_points[leaves]
+    pad = ids < 0
+    if t.blocks is not None:  # small d: one coordinate at a time, the same sums
+        dist = _coordinate_rank(Qa, t.blocks[leaves], p)
+    else:
+        dist = _direct_rank(Qa, X[np.maximum(ids, 0)], p, xp=np)
+        dist[pad] = np.inf
+    return dist, np.where(pad, X.shape[0], ids)
+
+
+def _first_leaves(t, X, Qc, k, p):
+    """Each query's first leaf in visiting order (smallest box rank, then
+    smallest leaf number) and the k-th smallest rank among its points (+inf
+    when it holds fewer than ``k``). The first leaf's rank is at most that of
+    the leaf the query falls in (the splits' descent), so only leaves within
+    the latter are looked at."""
+    home = _home_leaves(t.tree, Qc)
+    gap = np.maximum(t.lo[home] - Qc, 0) + np.maximum(Qc - t.hi[home], 0)
+    pq, pl, pb = _leaf_pairs(t, Qc, _gap_rank(gap, p), p, margin=False)
+    o = np.lexsort((pl, pb, pq))
+    pq, pl = pq[o], pl[o]
+    first = np.flatnonzero(np.r_[True, pq[1:] != pq[:-1]])
+    leaf = pl[first]  # every query is found: its home leaf qualifies
+    dist, _ = _leaf_ranks(t, X, Qc, leaf, p)
+    if k > dist.shape[1]:
+        return leaf, np.full(Qc.shape[0], np.inf, dtype=dist.dtype)
+    return leaf, np.partition(dist, k - 1, axis=1)[:, k - 1]
+
+
+def _merge_k(V, I, k):
+    """The k smallest (rank, index) entries of each row of ``V``, ``I``
+    (unordered): a partition, and a sort of the rows tied at their k-th rank."""
+    kth = np.partition(V, k - 1, axis=1)[:, k - 1]
+    le = V <= kth[:, None]
+    tied = le.sum(axis=1) != k
+    le[tied] = False
+    out_v = np.empty((V.shape[0], k), dtype=V.dtype)
+    out_i = np.empty((V.shape[0], k), dtype=I.dtype)
+    out_v[~tied], out_i[~tied] = V[le].reshape(-1, k), I[le].reshape(-1, k)
+    if tied.any():
+        pos = np.lexsort((I[tied], V[tied]), axis=1)[:, :k]
+        out_v[tied] = np.take_along_axis(V[tied], pos, axis=1)
+        out_i[tied] = np.take_along_axis(I[tied], pos, axis=1)
+    return out_v, out_i
+
+
+def _visit_lists(t, Qc, leaf1, kth1, /, *, limit, p):
+    """Each query's leaves in visiting order (box rank, then leaf number), at
+    most ``limit``: every leaf it can visit has a rank within ``kth1`` (the
+    k-th rank after its first leaf, which only falls afterwards), so only
+    those are gathered. Returns leaves and ranks (m, c), ``+inf`` ranks past
+    a query's list."""
+    m, n_leaves = Qc.shape[0], t.lo.shape[0]
+    pq, pl, pb = _leaf_pairs(t, Qc, kth1, p, margin=True)
+    gap = np.maximum(t.lo[leaf1] - Qc, 0) + np.maximum(Qc - t.hi[leaf1], 0)
+    pq = np.concatenate([pq, np.arange(m)])
+    pl = np.concatenate([pl, leaf1])
+    pb = np.concatenate([pb, _gap_rank(gap, p)])
+    _, keep = np.unique(pq * n_leaves + pl, return_index=True)
+    pq, pl, pb = pq[keep], pl[keep], pb[keep]
+    o = np.lexsort((pl, pb, pq))
+    pq, pl, pb = pq[o], pl[o], pb[o]
+    count = np.bincount(pq, minlength=m)
+    pos = np.arange(pq.size) - np.repeat(np.cumsum(count) - count, count)
+    kept = pos < limit
+    c = int(min(limit, count.max()))
+    L = np.zeros((m, c), dtype=np.int64)
+    B = np.full((m, c), np.inf, dtype=pb.dtype)
+    L[pq[kept], pos[kept]], B[pq[kept], pos[kept]] = pl[kept], pb[kept]
+    return L, B
+
+
+def _bbf_chunk(t, X, Qc, k, *, limit, p):
+    """Best-bin-first for a chunk of queries: the visit steps run for all
+    queries together, each step one leaf per query still running, which stops
+    at the first leaf whose box rank exceeds its k-th rank (the list's end
+    included). Returns ranks and indices of the queries whose first leaf holds
+    ``k`` points, and that mask (the others are left to the caller)."""
+    leaf1, kth1 = _first_leaves(t, X, Qc, k, p)
+    ok = np.isfinite(kth1)
+    Qc, leaf1, kth1 = Qc[ok], leaf1[ok], kth1[ok]
+    if Qc.shape[0] == 0:
+        return np.empty((0, k), dtype=X.dtype), np.empty((0, k), dtype=np.int64), ok
+    L, B = _visit_lists(t, Qc, leaf1, kth1, limit=limit, p=p)
+    best_d = np.full((Qc.shape[0], k), np.inf, dtype=X.dtype)
+    best_i = np.full((Qc.shape[0], k), X.shape[0], dtype=np.int64)
+    kth = np.full(Qc.shape[0], np.inf, dtype=X.dtype)
+    alive = np.arange(Qc.shape[0])
+    for r in range(L.shape[1]):
+        alive = alive[B[alive, r] * (1.0 - 1e-12) <= kth[alive]]
+        if alive.size == 0:
+            break
+        dist, ids = _leaf_ranks(t, X, Qc[alive], L[alive, r], p)
+        V = np.concatenate([best_d[alive], dist], axis=1)
+        I = np.concatenate([best_i[alive], ids], axis=1)
+        best_d[alive], best_i[alive] = _merge_k(V, I, k)
+        kth[alive] = best_d[alive].max(axis=1)
+    o = np.lexsort((best_i, best_d), axis=1)
+    best_d, best_i = (np.take_along_axis(a, o, axis=1) for a in (best_d, best_i))
+    return best_d, best_i, ok
+
+
+@dataclasses.dataclass
+class _LeafTree:
+    """What the approximate search reads of a tree, gathered once per call."""
+
+    tree: dict
+    leaf_points: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    node_lo: np.ndarray
+    node_hi: np.ndarray
+    child: np.ndarray
+    leaf: np.ndarray
+    blocks: np.ndarray | None  # (n_leaves, d, w) for d < 8 (see _leaf_ranks)
+
+
+def _best_bin_first(tree, X, Q, k, max_leaves, /, *, chunk=8192, p=2):
+    """Approximate search: each query visits leaves in increasing order of the
+    rank measure to their box (ties: smaller leaf number first), at most
+    ``max_leaves`` of them (more only while it holds fewer than ``k``
+    candidates), stopping at the first whose box rank exceeds its k-th rank.
+    Only the leaves a query can visit are found (:func:`_visit_lists`), and
+    the visits run step by step for all queries together. Queries whose first
+    leaf holds fewer than ``k`` points take :func:`_best_bin_first_all`; the
+    answer is the same as its for every query."""
+    t = _LeafTree(
+        tree,
+        *(np.asarray(tree[key]) for key in ("leaf_points", "lo", "hi")),
+        *_node_boxes(tree),
+        tree["child"],
+        tree["leaf"],
+        _leaf_blocks(X, tree["leaf_points"]) if X.shape[1] < 8 else None,
+    )
+    limit = min(t.lo.shape[0], int(max_leaves))
+    out_d = np.empty((Q.shape[0], k), dtype=X.dtype)
+    out_i = np.empty((Q.shape[0], k), dtype=np.int64)
+    short = np.zeros(Q.shape[0], dtype=bool)
+    for q0 in range(0, Q.shape[0], chunk):
+        Qc = Q[q0 : q0 + chunk]
+        d, i, ok = _bbf_chunk(t, X, Qc, k, limit=limit, p=p)
+        rows = q0 + np.flatnonzero(ok)
+        out_d[rows], out_i[rows] = d, i
+        short[q0 : q0 + Qc.shape[0]] = ~ok
+    if short.any():
+        rows = np.flatnonzero(short)
+        out_d[rows], out_i[rows] = _best_bin_first_all(
+            tree, X, Q[rows], k, max_leaves, p=p
+        )
     return out_d, out_i
 
 
