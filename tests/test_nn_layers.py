@@ -472,3 +472,55 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype, stride):
                     np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))
                 else:  # products of image groups: BLAS may round them otherwise
                     close(xp.to_numpy(g), xp.to_numpy(w), rtol=rtol)
+
+
+@pytest.mark.parametrize("one_thread", [False, True])
+@pytest.mark.parametrize("stride", [(1, 1), (2, 1)])
+def test_conv_numpy_image_blocks_equal_the_portable_paths(
+    monkeypatch, one_thread, stride
+):
+    """On NumPy the forward, dW and stride-1 dX run over blocks of images split
+    among threads: with blocks of one or two images (several per thread, a last
+    short one), with and without a one-thread BLAS limit, they equal the
+    portable whole-batch paths, and the inputs are left unchanged."""
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    from xpml.nn import conv
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((7, 6, 5, 3))
+    W, b = rng.standard_normal((3, 3, 3, 4)), rng.standard_normal(4)
+    Xc, Wc = X.copy(), W.copy()
+    pad = (1, 1)
+    Ho = conv.out_size(6, 3, stride[0], 1)
+    Wo = conv.out_size(5, 3, stride[1], 1)
+    dZ = rng.standard_normal((7, Ho, Wo, 4))
+    per_image = Ho * Wo * 9 * 3 * 8
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 2 * per_image - 1)  # 1-image blocks
+    limit = threadpool_limits(1) if one_thread else contextlib.nullcontext()
+    with limit:
+        Z = conv._conv_forward_numpy(X, W, b, stride, pad, xp=np)
+        dW = conv._weight_grad_numpy(X, dZ, (3, 3), stride, pad, xp=np)
+        dX = None
+        if stride == (1, 1):
+            monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # one image a block
+            dX = conv._input_grad_s1_numpy(dZ, W, (6, 5), pad, xp=np, method="fold")
+    np.testing.assert_allclose(
+        Z,
+        conv._conv_forward_portable(X, W, b, stride, pad, xp=np),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        dW,
+        conv._weight_grad_portable(X, dZ, (3, 3), stride, pad, xp=np),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    if dX is not None:
+        want = conv._input_grad_s1_portable(dZ, W, (6, 5), pad, xp=np)
+        np.testing.assert_allclose(dX, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(X, Xc)
+    np.testing.assert_array_equal(W, Wc)

@@ -32,11 +32,13 @@ memory for one such matrix instead of two or three, and later calls reuse it
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat
 import array_api_extra as xpx
 import numpy as np
 
+from xpml.linalg import _single_threaded_blas, host_threads, one_blas_thread
 from xpml.nn._base import Layer, pair
 from xpml.nn.init import get_initialiser
 from xpml.utils._array_api import device as array_device
@@ -54,6 +56,9 @@ __all__ = [
     "fold",
     "conv2d",
     "conv2d_backward",
+    "conv_forward",
+    "conv_weight_grad",
+    "bias_grad",
     "input_grad_stride1",
     "Workspace",
 ]
@@ -351,12 +356,17 @@ def conv2d_backward(
     N, Ho, Wo, Co = dZ.shape
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
     dW = xp.reshape(A.T @ dZm, W.shape)  # the forward's windows against dZ
-    # summed along rows of W_out·C_out first (long runs), then over W_out
-    db = xp.sum(
-        xp.reshape(xp.sum(xp.reshape(dZ, (N * Ho, Wo * Co)), axis=0), (Wo, Co)), axis=0
-    )
+    db = bias_grad(dZ, xp=xp)
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp, work=work)
     return dX, dW, db
+
+
+def bias_grad(dZ, /, *, xp):
+    """``db``: ``dZ`` summed over ``n, h, w`` -- along rows of ``W_out·C_out``
+    first (long runs), then over ``W_out``."""
+    N, Ho, Wo, Co = dZ.shape
+    rows = xp.sum(xp.reshape(dZ, (N * Ho, Wo * Co)), axis=0)
+    return xp.sum(xp.reshape(rows, (Wo, Co)), axis=0)
 
 
 def input_grad_correlate(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
@@ -447,6 +457,147 @@ def _fold_windows(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
 
 
+# ------------------------------------------ NumPy: a block of images at a time
+# The bench's window matrix (64·28·28 × 144 float32, 29 MB) is far beyond the
+# cache, and OpenBLAS runs its narrow products (C_out = 32 columns) at half its
+# square rate from memory. On NumPy the layer's products therefore run over
+# blocks of a few images, each block's windows (or dZ grid) built just before
+# its product while they are in cache; nothing of the window matrix's size is
+# made. Blocks are split into one contiguous group per thread (BLAS limited to
+# one thread meanwhile: NumPy releases the GIL inside it), unless the caller
+# limits BLAS to one thread (threadpoolctl), which asks for one core.
+BLOCK_BYTES = 2**20
+"""Scratch of one image block on NumPy (its windows, or its dZ grid and product)."""
+
+
+def _map_image_groups(task, n, per_image, *, xp):
+    """``[task(blocks, step) for each thread's group]``: blocks ``(i0, i1)`` of
+    ``step`` images out of ``n``, whose scratch is about :data:`BLOCK_BYTES`."""
+    step = max(1, min(n, BLOCK_BYTES // max(per_image, 1)))
+    blocks = [(i, min(i + step, n)) for i in range(0, n, step)]
+    threads = 1 if one_blas_thread(xp) else min(host_threads(xp), len(blocks))
+    limits = _single_threaded_blas(xp) if threads > 1 else None
+    if limits is None:
+        return [task(blocks, step)]
+    nb = len(blocks)
+    groups = [
+        blocks[t * nb // threads : (t + 1) * nb // threads] for t in range(threads)
+    ]
+    with limits, ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda group: task(group, step), groups))
+
+
+class _BlockWindows:
+    """One thread's zero-padded image block and its window matrix (NumPy)."""
+
+    def __init__(self, step, X, kernel, stride, padding, *, xp):
+        N, H, Wd, C = X.shape
+        (ph, pw), self.args = padding, (kernel, stride)
+        self.Xp = np.zeros((step, H + 2 * ph, Wd + 2 * pw, C), dtype=X.dtype)
+        self.interior = (slice(ph, ph + H), slice(pw, pw + Wd))
+        self.work, self.xp = Workspace(), xp
+
+    def fill(self, Xb):
+        """The window matrix of the images ``Xb``, in this thread's buffer."""
+        Xp = self.Xp[: Xb.shape[0]]
+        Xp[:, self.interior[0], self.interior[1], :] = Xb  # margins stay zero
+        return window_matrix(Xp, *self.args, xp=self.xp, work=self.work)[0]
+
+
+def _block_geometry(X, kernel, stride, padding):
+    """Windows per image and the bytes of one image's window matrix."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    N, H, Wd, C = X.shape
+    per = out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
+    return per, per * kh * kw * C * np.dtype(X.dtype).itemsize
+
+
+def _forward_example():
+    rng = np.random.default_rng(0)
+    X, W, b = (
+        rng.standard_normal((5, 7, 6, 3)),
+        rng.standard_normal((3, 2, 3, 4)),
+        rng.standard_normal(4),
+    )
+    return (X, W, b, (2, 1), (1, 0)), {"xp": None}
+
+
+@portable("nn.conv_forward")
+def _conv_forward_portable(X, W, b, /, stride, padding, *, xp):
+    return conv2d(X, W, b, stride=stride, padding=padding, xp=xp)[0]
+
+
+@fast_path("nn.conv_forward", "numpy", example=_forward_example)
+def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
+    per, per_bytes = _block_geometry(X, W.shape[:2], stride, padding)
+    Co = W.shape[3]
+    Wm = np.reshape(W, (-1, Co))
+    Z = np.empty((X.shape[0] * per, Co), dtype=np.result_type(X, W))
+    in_place = b is not None and b.dtype == Z.dtype
+    if in_place:
+        Wo = per // out_size(X.shape[1], W.shape[0], stride[0], padding[0])
+        b_row = np.reshape(np.broadcast_to(b, (Wo, Co)), (-1,))
+
+    def task(blocks, step):
+        windows = _BlockWindows(step, X, W.shape[:2], stride, padding, xp=xp)
+        for i0, i1 in blocks:
+            Zb = np.matmul(windows.fill(X[i0:i1]), Wm, out=Z[i0 * per : i1 * per])
+            if in_place:  # along rows of W_out·C_out (long runs), in cache
+                Zb = np.reshape(Zb, (-1, b_row.shape[0]))
+                Zb += b_row
+
+    _map_image_groups(task, X.shape[0], per_bytes, xp=xp)
+    if b is not None and not in_place:
+        Z = Z + b
+    Ho = out_size(X.shape[1], W.shape[0], stride[0], padding[0])
+    return np.reshape(Z, (X.shape[0], Ho, per // Ho, Co))
+
+
+def conv_forward(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
+    """The output of :func:`conv2d` alone (its window matrix is not kept): on
+    NumPy a block of images at a time, elsewhere through :func:`conv2d`."""
+    return dispatch("nn.conv_forward", xp)(X, W, b, stride, padding, xp=xp)
+
+
+def _weight_grad_example():
+    rng = np.random.default_rng(1)
+    X, dZ = rng.standard_normal((5, 7, 6, 3)), rng.standard_normal((5, 4, 5, 4))
+    return (X, dZ, (3, 2), (2, 1), (1, 0)), {"xp": None}
+
+
+@portable("nn.conv_weight_grad")
+def _weight_grad_portable(X, dZ, /, kernel, stride, padding, *, xp):
+    (ph, pw), Co = padding, dZ.shape[3]
+    Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
+    A, _ = window_matrix(Xp, kernel, stride, xp=xp)
+    dW = A.T @ xp.reshape(dZ, (-1, Co))
+    return xp.reshape(dW, (kernel[0], kernel[1], X.shape[3], Co))
+
+
+@fast_path("nn.conv_weight_grad", "numpy", example=_weight_grad_example)
+def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
+    Co = dZ.shape[3]
+    W_shape = (kernel[0], kernel[1], X.shape[3], Co)
+    per, per_bytes = _block_geometry(X, kernel, stride, padding)
+    dZm = np.reshape(dZ, (-1, Co))
+
+    def task(blocks, step):
+        windows = _BlockWindows(step, X, kernel, stride, padding, xp=xp)
+        dW = 0
+        for i0, i1 in blocks:
+            dW = dW + windows.fill(X[i0:i1]).T @ dZm[i0 * per : i1 * per]
+        return dW
+
+    parts = _map_image_groups(task, X.shape[0], per_bytes, xp=xp)
+    return np.reshape(sum(parts[1:], parts[0]), W_shape)
+
+
+def conv_weight_grad(X, dZ, /, kernel, *, stride=(1, 1), padding=(0, 0), xp):
+    """``dW = Aᵀ dZ`` of :func:`conv2d` from its input ``X`` (the window matrix
+    ``A`` rebuilt; on NumPy a block of images at a time, accumulated)."""
+    return dispatch("nn.conv_weight_grad", xp)(X, dZ, kernel, stride, padding, xp=xp)
+
+
 # ------------------------------------------- stride 1: dX by shifted products
 # With stride 1 every kernel offset (i, j) moves a whole image by i·W_g + j rows
 # of its flattened (N·H_g·W_g, C) grid, so a shifted window is a contiguous range
@@ -488,60 +639,72 @@ def _input_grad_s1_portable(
     return general(dZ, W, input_hw, (1, 1), padding, xp=xp, work=work)
 
 
-def _stride1_buffers(dZ, W, rows, work):
-    """The zero-padded ``dZ`` grid ``(rows, C_out)`` and the product's
-    ``(k_h·k_w·C_in, rows)``: one fresh block, or ``work``'s buffer (whose grid
-    margins are then zeroed by :func:`_embed`)."""
-    K = W.shape[0] * W.shape[1] * W.shape[2]
-    Co, dtype = dZ.shape[3], np.result_type(dZ, W)
-    if work is None:
-        return np.zeros((rows, Co), dtype=dtype), np.empty((K, rows), dtype=dtype)
-    flat = work.take((rows * (Co + K),), dtype)
-    return flat[: rows * Co].reshape(rows, Co), flat[rows * Co :].reshape(K, rows)
-
-
-def _embed(G, dZ, grid, at, zeroed):
-    """Place ``dZ`` at ``at`` in the grid ``G`` (zeroing its margins unless the
-    whole grid is already zero)."""
+def _embed(G, dZ, grid, at):
+    """Place ``dZ`` at ``at`` in the grid ``G``, whose margins are zero."""
     N, Ho, Wo, _ = dZ.shape
     G = G.reshape(N, grid[0], grid[1], -1)
     t, l = at
-    if not zeroed:
-        G[:, :t], G[:, t + Ho :] = 0, 0
-        G[:, t : t + Ho, :l], G[:, t : t + Ho, l + Wo :] = 0, 0
     G[:, t : t + Ho, l : l + Wo, :] = dZ
+
+
+def _grid_block(dZ, Wm, bufs, geometry, out):
+    """``dX`` of one block of images, written channels-first into ``out``
+    ``(C_in, n, H, W)``; ``bufs`` are the thread's flat grid, product and
+    result buffers (the grid's margins zero)."""
+    grid, at, crop, offsets, method = geometry
+    n, Co = dZ.shape[0], dZ.shape[3]
+    Ci, K, taps = out.shape[0], Wm.shape[0], len(offsets)
+    rows = n * grid[0] * grid[1]
+    L = rows - offsets[-1]
+    G = bufs[0][: rows * Co].reshape(rows, Co)
+    cols = bufs[1][: K * rows].reshape(K, rows)
+    dXt = bufs[2][: Ci * rows].reshape(Ci, rows)  # channels-first grid of dX
+    _embed(G, dZ, grid, at)
+    if method == "fold":  # scatter dZ's rows, shifted on the output side
+        cols = np.reshape(np.matmul(Wm, G[:L].T, out=cols[:, :L]), (taps, Ci, L))
+        dXt[:, :L], dXt[:, L:] = cols[0], 0
+        for k, o in enumerate(offsets[1:], start=1):
+            np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
+    else:  # gather the rotated kernel's terms, shifted on the input side
+        cols = np.reshape(np.matmul(Wm, G.T, out=cols), (taps, Ci, rows))
+        dXt[:, :L], dXt[:, L:] = cols[0, :, :L], 0  # rows past L are cropped
+        for k, o in enumerate(offsets[1:], start=1):
+            np.add(dXt[:, :L], cols[k, :, o : o + L], out=dXt[:, :L])
+    H, Wd = out.shape[2:]
+    dXt = np.reshape(dXt, (Ci, n) + tuple(grid))
+    out[...] = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
 
 
 @fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_example)
 @fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_correlate_example)
 def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
+    # a block of images at a time (their grids and products stay in cache), the
+    # blocks split among threads (see _map_image_groups)
     grid, at, crop, offsets = _stride1_geometry(W.shape[:2], input_hw, padding, method)
     if min(at) < 0:  # a crop of dZ rather than a pad: the general path
         return _input_grad_s1_portable(
             dZ, W, input_hw, padding, xp=xp, method=method, work=work
         )
     kh, kw, Ci, Co = W.shape
-    N, (H, Wd) = dZ.shape[0], input_hw
-    rows = N * grid[0] * grid[1]
-    L = rows - offsets[-1]
-    G, cols = _stride1_buffers(dZ, W, rows, work)
-    _embed(G, dZ, grid, at, zeroed=work is None)
-    dXt = np.empty((Ci, rows), dtype=cols.dtype)  # channels-first grid of dX
-    if method == "fold":  # scatter: dZ's rows, shifted on the output side
-        cols = np.matmul(np.reshape(W, (-1, Co)), G[:L].T, out=cols[:, :L])
-        cols = np.reshape(cols, (kh * kw, Ci, L))
-        dXt[:, :L], dXt[:, L:] = cols[0], 0
-        for k, o in enumerate(offsets[1:], start=1):
-            np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
-    else:  # gather: the rotated kernel's terms, shifted on the input side
-        Wr = np.reshape(np.flip(W, axis=(0, 1)), (-1, Co))
-        cols = np.reshape(np.matmul(Wr, G.T, out=cols), (kh * kw, Ci, rows))
-        dXt[:, :L], dXt[:, L:] = cols[0, :, :L], 0  # rows past L are cropped
-        for k, o in enumerate(offsets[1:], start=1):
-            np.add(dXt[:, :L], cols[k, :, o : o + L], out=dXt[:, :L])
-    dXt = np.reshape(dXt, (Ci, N) + tuple(grid))
-    dX = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
-    return np.transpose(dX, (1, 2, 3, 0))  # NHWC view
+    N, (H, Wd), dtype = dZ.shape[0], input_hw, np.result_type(dZ, W)
+    Wm = np.reshape(W if method == "fold" else np.flip(W, axis=(0, 1)), (-1, Co))
+    cells = grid[0] * grid[1]
+    dXt = np.empty((Ci, N, H, Wd), dtype=dtype)
+    geometry = (grid, at, crop, offsets, method)
+
+    def task(blocks, step):
+        size = step * cells
+        bufs = (
+            np.zeros(size * Co, dtype=dtype),
+            np.empty(size * Wm.shape[0], dtype=dtype),
+            np.empty(size * Ci, dtype=dtype),
+        )
+        for i0, i1 in blocks:
+            _grid_block(dZ[i0:i1], Wm, bufs, geometry, dXt[:, i0:i1])
+
+    per_image = cells * (Co + Wm.shape[0] + Ci) * np.dtype(dtype).itemsize
+    _map_image_groups(task, N, per_image, xp=xp)
+    return np.transpose(dXt, (1, 2, 3, 0))  # NHWC view
 
 
 def input_grad_stride1(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
@@ -668,21 +831,16 @@ class Conv2D(Layer):
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
     def _workspace(self, X):
-        """The layer's scratch buffer (see :class:`Workspace`), reserved for the
-        forward's window matrix, and for ``W dZᵀ`` ("fold") or one image's
-        windows of the padded ``dZ`` ("correlate") if larger."""
+        """The layer's scratch buffer (see :class:`Workspace`) for ``dX`` with a
+        stride past 1, reserved for ``W dZᵀ`` ("fold") or the padded ``dZ``'s
+        windows of as many images as the forward's window matrix holds
+        ("correlate"); stride-1 ``dX`` and the forward's windows work in image
+        blocks on NumPy and do not use it."""
         (kh, kw), (sh, sw), (ph, pw) = self._geometry()
         N, H, Wd, Ci = X.shape
-        Co = self.out_channels
         rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
-        # "correlate" fills it an image group at a time, at least one image
-        back = H * Wd * Co if self.input_grad == "correlate" else rows * Ci
-        back *= kh * kw
-        grid, at, _, _ = _stride1_geometry((kh, kw), (H, Wd), (ph, pw), self.input_grad)
-        if (sh, sw) == (1, 1) and min(at) >= 0:  # the padded dZ grid and W dZ_gridᵀ
-            back = N * grid[0] * grid[1] * (Co + kh * kw * Ci)
         work = getattr(self, "_cache_work", None) or Workspace()
-        work.reserve = max(rows * kh * kw * Ci, back)
+        work.reserve = rows * kh * kw * max(Ci, self.out_channels)
         self._cache_work = work
         return work
 
@@ -691,41 +849,22 @@ class Conv2D(Layer):
         self._ensure_built(X)
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
-        Z, A = conv2d(
-            X,
-            self.params["W"],
-            self.params["b"],
-            stride=stride,
-            padding=padding,
-            xp=xp,
-            work=self._workspace(X),
-        )
-        # X too: a second backward rebuilds A, which the first overwrote
-        self._cache = [A, tuple(X.shape[1:3]), X]
+        W, b = self.params["W"], self.params["b"]
+        Z = conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
+        self._cache = (tuple(X.shape[1:3]), X)  # dW rebuilds the windows
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        A, input_hw, X = self._cache
+        input_hw, X = self._cache
         _, stride, padding = self._geometry()
-        work = self._cache_work
-        if A is None:
-            (ph, pw), kernel = padding, self.params["W"].shape[:2]
-            Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)
-            A = window_matrix(Xp, kernel, stride, xp=xp)[0]
-        self._cache[0] = None  # the workspace's copy is overwritten below
-        dX, self.grads["W"], self.grads["b"] = conv2d_backward(
-            dZ,
-            A,
-            self.params["W"],
-            input_hw,
-            stride=stride,
-            padding=padding,
-            xp=xp,
-            input_grad=self._input_grad(),
-            work=work,
-        )
-        return dX
+        W = self.params["W"]
+        where = {"stride": stride, "padding": padding, "xp": xp}
+        self.grads["W"] = conv_weight_grad(X, dZ, W.shape[:2], **where)
+        self.grads["b"] = bias_grad(dZ, xp=xp)
+        work = self._workspace(X)
+        grad = INPUT_GRAD[self._input_grad()]
+        return grad(dZ, W, input_hw, stride, padding, xp=xp, work=work)
 
 
 class _Pool2D(Layer):
