@@ -137,6 +137,25 @@ def _gpu_peak_mb():
     return None
 
 
+def _settle_threads(limit_s=1.0, quiet_s=0.02):
+    """Wait (at most ``limit_s``) until this process's other threads are idle.
+
+    After a fork, OpenBLAS starts its worker threads again when the thread
+    limits are set (its fork handler drops them), and each spins on its queue
+    for a while (``OPENBLAS_THREAD_TIMEOUT``, about 0.1 s) before it sleeps:
+    60-90 ms of CPU on the machine's cores, inside the timed call if not
+    waited out. A new interpreter starts them at import, long before its first
+    call, so this is the fork server's cost, not the case's."""
+    deadline = time.perf_counter() + limit_s
+    others = time.process_time() - time.thread_time()
+    while time.perf_counter() < deadline:
+        time.sleep(quiet_s)
+        now = time.process_time() - time.thread_time()
+        if now - others < 0.05 * quiet_s:
+            return
+        others = now
+
+
 def _child(payload_path, result_path):
     """Load the case, time its first call, write the result (runs in the child)."""
     out = {"ok": False, "error": "did not finish"}
@@ -164,6 +183,7 @@ def _child(payload_path, result_path):
         fn = payload["fn"]
         rss_before = _rss_mb()
         with limits, ctx:
+            _settle_threads()
             t0 = time.perf_counter()
             fn()
             if sync:
