@@ -714,26 +714,68 @@ def test_many_exact_duplicates_follow_the_tie_rule(xp):
     np.testing.assert_array_equal(i, want_i)
 
 
-def test_kd_tree_scipy_proposer_built_once_per_fit_and_not_saved(rng):
+def test_kd_tree_scipy_proposer_built_at_fit_pickled_not_saved(rng, tmp_path):
+    # SciPy's tree is built at fit (not by the first query), reused by every
+    # query, carried by a pickle (as scikit-learn's tree is), not written by
+    # xpml.save (the first query after a load builds it); same answers throughout
     import pickle
+
+    import xpml
 
     X, Q = rng.normal(size=(300, 3)), rng.normal(size=(20, 3))
     nn = NearestNeighbors(n_neighbors=4, algorithm="kd_tree").fit(X)
-    d0, i0 = nn.kneighbors(Q)
     proposer = nn._cache_kd_search["ckdtree"]
+    d0, i0 = nn.kneighbors(Q)
     d1, i1 = nn.kneighbors(Q)
     assert nn._cache_kd_search["ckdtree"] is proposer  # reused, not rebuilt
     np.testing.assert_array_equal(i1, i0)
     loaded = pickle.loads(pickle.dumps(nn))
-    assert "_cache_kd_search" not in loaded.__dict__
+    assert "ckdtree" in loaded._cache_kd_search
     d2, i2 = loaded.kneighbors(Q)
     np.testing.assert_array_equal(i2, i0)
     np.testing.assert_array_equal(d2, d0)
-    # a refit on other data builds a new tree
+    nn.save(tmp_path / "nn.zip")
+    restored = xpml.load(tmp_path / "nn.zip")
+    assert "_cache_kd_search" not in restored.__dict__
+    d3, i3 = restored.kneighbors(Q)
+    assert "ckdtree" in restored._cache_kd_search
+    np.testing.assert_array_equal(i3, i0)
+    np.testing.assert_array_equal(d3, d0)
+    # a refit on other data builds a new tree; the approximate search needs none
     nn.fit(X[::-1])
-    assert "_cache_kd_search" not in nn.__dict__
-    _, i3 = nn.kneighbors(Q)
-    np.testing.assert_array_equal(i3, 299 - i0)
+    assert nn._cache_kd_search["ckdtree"] is not proposer
+    _, i4 = nn.kneighbors(Q)
+    np.testing.assert_array_equal(i4, 299 - i0)
+    approx = NearestNeighbors(n_neighbors=4, algorithm="approx_kd_tree").fit(X)
+    assert "_cache_kd_search" not in approx.__dict__
+
+
+def test_kd_tree_scipy_one_worker_under_one_blas_thread(monkeypatch, rng):
+    # under threadpool_limits(1) SciPy's tree is queried with one worker (the
+    # caller asks for one core, as the brute search honours); the same answer
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import xpml.neighbors._search as S
+
+    X, Q = rng.normal(size=(400, 3)), rng.normal(size=(50, 3))
+    nn = NearestNeighbors(n_neighbors=5, algorithm="kd_tree").fit(X)
+    want_d, want_i = nn.kneighbors(Q)
+    seen = []
+    proposer = S._proposer
+
+    class Spy:
+        def __init__(self, tree):
+            self.tree = tree
+
+        def query(self, *args, **kwargs):
+            seen.append(kwargs.get("workers"))
+            return self.tree.query(*args, **kwargs)
+
+    monkeypatch.setattr(S, "_proposer", lambda X, cache: Spy(proposer(X, cache)))
+    with threadpoolctl.threadpool_limits(1):
+        d, i = nn.kneighbors(Q)
+    assert seen and set(seen) == {1}
+    np.testing.assert_array_equal(i, want_i)
+    np.testing.assert_array_equal(d, want_d)
 
 
 def test_exhaustive_search_honours_one_blas_thread(monkeypatch, rng):

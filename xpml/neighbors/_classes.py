@@ -54,6 +54,7 @@ from xpml.neighbors._search import (
     build_kd_tree,
     exhaustive_kneighbors,
     exhaustive_radius,
+    kd_search_cache,
     kd_tree_kneighbors,
     preload_kd_proposer,
 )
@@ -186,14 +187,25 @@ class _KNeighborsBase(BaseEstimator):
         if plan.mapping is not None:  # its parameters fit the features
             plan.mapping(X[:1, :], xp=ctx.xp)
         self._state_fit_X = X
-        # SciPy's tree for the k-d tree's fast path, built by the first query
-        # (a cache: not saved, rebuilt after loading)
         self.__dict__.pop("_cache_kd_search", None)
+        X_host = to_numpy(X) if self._uses_tree() else None
         self._state_tree = (
-            build_kd_tree(to_numpy(X), self.leaf_size) if self._uses_tree() else None
+            None if X_host is None else build_kd_tree(X_host, self.leaf_size)
         )
         if self._state_tree is not None:
             preload_kd_proposer()
+        if self._state_tree is not None and self.algorithm == "kd_tree":
+            # SciPy's tree for the exact search's fast path, built here as the
+            # tree is (a cache: pickled with the model, as scikit-learn's tree
+            # is, but not saved by xpml.save: the first query after a load
+            # builds it)
+            self._cache_kd_search = kd_search_cache(X_host)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "_cache_kd_search" in self.__dict__:
+            state["_cache_kd_search"] = self._cache_kd_search
+        return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
