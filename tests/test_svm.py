@@ -661,3 +661,45 @@ def test_row_product_fast_path_streams_the_cache():
                 buf, slots, d, 25, xp=np, chunk=8
             )
             np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_in_place_fast_paths_agree_on_separate_buffers():
+    """The ops that write into the cache buffer, fast path against portable
+    twin, each on its own copy (the common agreement test hands both the
+    same buffer, which they both overwrite): kernel rows written straight
+    into consecutive slots (NumPy RBF), into scattered slots (the portable
+    way), indexed writes and scatters, and growing keeps the old rows."""
+    from xpml.utils._array_api import dispatch
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 4))
+    spec = ("rbf", {"gamma": 0.3}, None)
+    K = np.exp(-0.3 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    for slots in (np.arange(3, 9), np.array([7, 2, 5, 0])):
+        rows = rng.permutation(40)[: slots.shape[0]]
+        outs = []
+        for fast in (True, False):
+            buf = np.full((10, 40), np.nan)
+            write = dispatch("svm.rows_into", np, fast=fast)
+            outs.append(write(buf, X[rows], X, slots, spec, xp=np, memo={}))
+        for out in outs:
+            np.testing.assert_allclose(out[slots], K[rows], rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(outs[0], outs[1])  # bit for bit, NaN elsewhere
+    block = rng.normal(size=(3, 40))
+    for op, args in (
+        ("svm.write_rows", (np.array([6, 1, 2]), block)),
+        ("svm.scatter", (np.array([1, 4, 6]), block)),
+    ):
+        fast, slow = (
+            dispatch(op, np, fast=f)(np.zeros((10, 40)), *args, xp=np)
+            for f in (True, False)
+        )
+        np.testing.assert_array_equal(fast, slow)
+        np.testing.assert_array_equal(fast[args[0]], block)
+    old = rng.normal(size=(2, 40))
+    grown = dispatch("svm.grow_rows", np)(old.copy(), 5, 8, xp=np)
+    assert grown.shape == (5, 40) and grown.base.shape == (8, 40)
+    np.testing.assert_array_equal(grown[:2], old)
+    again = dispatch("svm.grow_rows", np)(grown, 8, 8, xp=np)  # no copy, no write
+    assert np.shares_memory(again, grown)
+    np.testing.assert_array_equal(again[:2], old)

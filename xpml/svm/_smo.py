@@ -72,7 +72,7 @@ import time
 import numpy as np
 
 from xpml._backend import to_numpy
-from xpml.kernels import kernel_matrix
+from xpml.kernels import _rbf_factors, kernel_matrix
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -177,7 +177,10 @@ def _subproblem_on_host(K, y, a, C, v, /, *, xp, tol, max_steps):
 
 def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     """2-variable SMO steps on NumPy arrays; buffers are reused (``out=``) and
-    the per-pair arithmetic runs on Python floats (``α``, ``y``, ``C`` lists)."""
+    the per-pair arithmetic runs on Python floats (``α``, ``y``, ``C`` lists).
+    At working-set sizes the cost is the number of NumPy calls per step, so
+    the ufuncs get arrays, not Python scalars, where they can (a scalar
+    operand costs about 40 % more per call)."""
     v = v.copy()
     diag = np.diagonal(K).copy()
     K2 = 2.0 * K
@@ -186,37 +189,47 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     pen_up = np.where(np.where(ypos, a < C, a > 0), 0.0, -np.inf)
     pen_low = np.where(np.where(ypos, a > 0, a < C), 0.0, -np.inf)
     t, b, curv, gain = (np.empty_like(v) for _ in range(4))
+    zero, tau = np.zeros_like(v), np.full_like(v, TAU)
     al, yl, Cl = a.tolist(), y.tolist(), C.tolist()
+    add, sub, mul = np.add, np.subtract, np.multiply
     steps = 0
     while steps < max_steps:
-        np.add(v, pen_up, out=t)
+        add(v, pen_up, out=t)
         i = int(t.argmax())
         m = t[i]
-        np.subtract(m, v, out=b)  # b = m − v
-        np.add(b, pen_low, out=t)  # over I_low only
+        sub(m, v, out=b)  # b = m − v
+        add(b, pen_low, out=t)  # over I_low only
         if not t[t.argmax()] >= tol:  # argmax: cheaper than a max reduction
             break
-        np.subtract(diag, K2[i], out=curv)
+        sub(diag, K2[i], out=curv)
         curv += diag[i]
-        np.maximum(curv, TAU, out=curv)
-        np.maximum(t, 0.0, out=t)
-        np.multiply(t, t, out=gain)
+        np.maximum(curv, tau, out=curv)
+        np.maximum(t, zero, out=t)
+        mul(t, t, out=gain)
         gain /= curv  # second-order gain b²/a over admissible partners
         j = int(gain.argmax())
         dai, daj = _pair_step(al, yl, Cl, (i, j), float(b[j]) / float(curv[j]))
         if dai == 0 and daj == 0:  # below the floating-point resolution
             break
-        np.multiply(K[i], dai, out=t)
-        v -= t
-        np.multiply(K[j], daj, out=t)
-        v -= t
-        for k in (i, j):
-            ak, ck = al[k], Cl[k]
-            inside = (ak < ck, ak > 0) if yl[k] > 0 else (ak > 0, ak < ck)
-            pen_up[k] = 0.0 if inside[0] else -np.inf
-            pen_low[k] = 0.0 if inside[1] else -np.inf
+        mul(K[i], dai, out=t)
+        sub(v, t, out=v)
+        mul(K[j], daj, out=t)
+        sub(v, t, out=v)
+        _set_masks(pen_up, pen_low, (i, al[i], yl[i], Cl[i]))
+        _set_masks(pen_up, pen_low, (j, al[j], yl[j], Cl[j]))
         steps += 1
     return np.asarray(al, dtype=a.dtype), v, steps
+
+
+def _set_masks(pen_up, pen_low, var):
+    """The two masks of one variable ``(k, α_k, y_k, C_k)`` after its step."""
+    k, ak, yk, ck = var
+    if yk > 0:
+        pen_up[k] = 0.0 if ak < ck else -math.inf
+        pen_low[k] = 0.0 if ak > 0 else -math.inf
+    else:
+        pen_up[k] = 0.0 if ak > 0 else -math.inf
+        pen_low[k] = 0.0 if ak < ck else -math.inf
 
 
 def _pair_step(a, y, C, pair, newton):
@@ -326,13 +339,18 @@ def solve_subproblem(Kbb, y, alpha, C, v, *, xp, tol, max_steps, force_portable=
 
 
 def _example_grow_rows():
-    return (np.arange(6.0).reshape(2, 3), 5, 8), {"xp": np}
+    # a view of a zero-filled base: the rows the fast path adds are that
+    # base's (it leaves them as they are), the portable twin's are zeros
+    base = np.zeros((8, 3))
+    base[:2] = np.arange(6.0).reshape(2, 3)
+    return (base[:2], 5, 8), {"xp": np}
 
 
 @portable("svm.grow_rows")
 def _grow_rows(buf, rows, cap, /, *, xp):
     """``buf`` with ``rows`` rows (``cap`` the most it will ever need): the
-    old rows first, then zeros (one copy)."""
+    old rows first, then rows the caller writes before it reads them (zeros
+    here, one copy)."""
     more = xp.zeros(
         (rows - buf.shape[0], buf.shape[1]), dtype=buf.dtype, device=device(buf)
     )
@@ -342,16 +360,59 @@ def _grow_rows(buf, rows, cap, /, *, xp):
 @fast_path("svm.grow_rows", "numpy", example=_example_grow_rows)
 def _grow_rows_numpy(buf, rows, cap, /, *, xp):
     """NumPy: the first ``rows`` rows of one uninitialised allocation of ``cap``
-    rows, made once; only the rows added are zeroed. (``np.zeros`` of the whole
-    cap is not free: below the allocator's mmap threshold, which rises to 32 MB
-    once such a block has been freed, calloc clears every byte, and the cache
-    is allocated afresh after each shrinking.) Growing copies nothing."""
+    rows, made once; growing copies nothing and writes nothing. The rows added
+    are left as they are (the portable twin's zeros cost a pass over them):
+    the cache writes every slot before reading it. (``np.zeros`` of the whole
+    cap is not free either: below the allocator's mmap threshold, which rises
+    to 32 MB once such a block has been freed, calloc clears every byte.)"""
     base, old = buf.base, buf.shape[0]
     if not (isinstance(base, np.ndarray) and base.shape[0] >= rows):
         base = np.empty((cap, buf.shape[1]), dtype=buf.dtype)
         base[:old] = buf
-    base[old:rows] = 0.0
     return base[:rows]
+
+
+def _example_rows_into():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(9, 3))
+    spec = ("rbf", {"gamma": 0.4}, None)
+    buf = np.zeros((6, 9))  # new rows into the consecutive slots 2, 3, 4
+    return (buf, X[[5, 0, 7]], X, np.array([2, 3, 4]), spec), {"xp": np, "memo": {}}
+
+
+@portable("svm.rows_into")
+def _rows_into(buf, Xb, X, slots, spec, /, *, xp, memo):
+    """``buf[slots] = K(Xb, X)`` (``spec``: kernel, params, the Gram engine's
+    budget); returns ``buf``. ``memo`` keeps what a fast path may reuse
+    between calls on the same ``X``."""
+    kernel, params, budget = spec
+    block = kernel_matrix(Xb, X, kernel, params, xp=xp, memory_budget=budget)
+    block = xp.astype(block, buf.dtype, copy=False)
+    return dispatch("svm.write_rows", xp)(buf, slots, block, xp=xp)
+
+
+@fast_path("svm.rows_into", "numpy", example=_example_rows_into)
+def _rows_into_numpy(buf, Xb, X, slots, spec, /, *, xp, memo):
+    """NumPy, RBF rows into consecutive slots (new rows while the cache
+    grows): the exponent's product is written straight into the cache and
+    finished there, as the Gram engine finishes its own block (same
+    operations, same values), with the right factor of ``X`` kept in
+    ``memo``. No transient block: no copy, and no fresh memory touched
+    besides the cache's own rows. Anything else: the portable way."""
+    kernel, params, _ = spec
+    m = slots.shape[0]
+    first = int(slots[0]) if m else 0
+    run = m and int(slots[-1]) - first == m - 1 and bool(np.all(np.diff(slots) == 1))
+    if not (run and kernel == "rbf" and buf.dtype == X.dtype):
+        return _rows_into(buf, Xb, X, slots, spec, xp=xp, memo=memo)
+    gamma = params["gamma"]
+    if memo.get("rbf") is None:
+        memo["rbf"] = _rbf_factors(None, X, gamma, xp=xp)[1]
+    out = buf[first : first + m]
+    np.matmul(_rbf_factors(Xb, None, gamma, xp=xp)[0], memo["rbf"].T, out=out)
+    np.minimum(out, 0.0, out=out)
+    np.exp(out, out=out)
+    return buf
 
 
 # ---------------------------------------------------------------- kernel rows
@@ -415,6 +476,7 @@ class KernelRows:
         self.row_of = np.full(self.cap, -1, dtype=np.int64)
         self.stamp = np.zeros(self.cap, dtype=np.int64)
         self.clock = 0
+        self._memo = {}  # what the row writer keeps between calls on ``X``
 
     def _note(self, transient_rows):
         held = (self.size + transient_rows) * self.row_bytes
@@ -508,15 +570,18 @@ class KernelRows:
     def _compute(self, rows, slots):
         """Kernel rows ``rows`` into ``slots`` (device ints)."""
         xp = self.xp
-        Xb = xp.take(self.X, rows, axis=0)
         n_rows = int(rows.shape[0])
         budget = None if isinstance(self.kernel, str) else 3 * n_rows * self.row_bytes
-        block = kernel_matrix(
-            Xb, self.X, self.kernel, self.params, xp=xp, memory_budget=budget
-        )
         self._note(3 * n_rows)
-        block = xp.astype(block, self.dtype, copy=False)
-        self.buf = dispatch("svm.write_rows", xp)(self.buf, slots, block, xp=xp)
+        self.buf = dispatch("svm.rows_into", xp)(
+            self.buf,
+            xp.take(self.X, rows, axis=0),
+            self.X,
+            slots,
+            (self.kernel, self.params, budget),
+            xp=xp,
+            memo=self._memo,
+        )
 
     def block(self, Bd):
         """``K[B, B]`` (``Bd`` on the device), computed afresh by the Gram
