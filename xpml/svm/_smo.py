@@ -183,13 +183,12 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     operand costs about 40 % more per call)."""
     v = v.copy()
     diag = np.diagonal(K).copy()
-    K2 = 2.0 * K
     ypos = y > 0
     # additive masks: 0 where a variable is in I_up / I_low, −inf where not
     pen_up = np.where(np.where(ypos, a < C, a > 0), 0.0, -np.inf)
     pen_low = np.where(np.where(ypos, a > 0, a < C), 0.0, -np.inf)
     t, b, curv, gain = (np.empty_like(v) for _ in range(4))
-    zero, tau = np.zeros_like(v), np.full_like(v, TAU)
+    zero, two, tau = np.zeros_like(v), np.full_like(v, 2.0), np.full_like(v, TAU)
     al, yl, Cl = a.tolist(), y.tolist(), C.tolist()
     add, sub, mul = np.add, np.subtract, np.multiply
     steps = 0
@@ -201,7 +200,8 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
         add(b, pen_low, out=t)  # over I_low only
         if not t[t.argmax()] >= tol:  # argmax: cheaper than a max reduction
             break
-        sub(diag, K2[i], out=curv)
+        mul(K[i], two, out=curv)  # 2 K_i by rows: no q × q temporary
+        sub(diag, curv, out=curv)
         curv += diag[i]
         np.maximum(curv, tau, out=curv)
         np.maximum(t, zero, out=t)
@@ -1032,8 +1032,9 @@ def _solve_block_numpy(prob, rows, ws, limits, /, *, xp):
     B = ws.B
     Kbb = rows.block(B)
     yB, aB, CB, vB = (z[B] for z in (prob.y, prob.alpha, prob.C, prob.v))
-    aB_new, _, steps = solve_subproblem(
-        Kbb, yB, aB, CB, vB, xp=xp, tol=tol_in, max_steps=max_steps
+    # already on the host: no packed copy of K_BB as solve_subproblem makes
+    aB_new, _, steps = _subproblem_numpy(
+        Kbb, yB, aB, CB, vB, tol=tol_in, max_steps=max_steps
     )
     if not steps:
         return prob.alpha, prob.v, B, steps
