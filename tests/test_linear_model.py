@@ -398,6 +398,30 @@ def test_bad_options_name_allowed_values():
         SequentialFeatureSelector(LinearRegression(), direction="up").fit(X, y)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("targets", [None, 3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_ridge_reused_block_buffer_is_bit_identical(dtype, targets, weighted):
+    """Ridge's NumPy normal equations (each block centred into one reused
+    buffer, issue 16) equal the portable blocks bit for bit, with a short
+    last block, 1-D and 2-D y, weights and float32."""
+    from xpml.linear_model._ridge import (
+        _centred_normal_equations,
+        _centred_normal_equations_numpy,
+    )
+
+    X, y, sw = _regression(n=1001, d=9, targets=targets)
+    X, y, sw = X.astype(dtype), y.astype(dtype), np.sqrt(sw).astype(dtype)
+    args = (X, y, X.mean(0), y.mean(0), sw if weighted else None)
+    want = _centred_normal_equations(*args, xp=np, rows=256)
+    got = _centred_normal_equations_numpy(*args, xp=np, rows=256)
+    for a, b in zip(want, got):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(b, a)
+    coef = Ridge(alpha=0.5).fit(X, y, sw if weighted else None).coef_
+    assert np.all(np.isfinite(coef))
+
+
 def test_blocked_products_equal_one_block(xp):
     """The cache-blocked one-pass products (NumPy fast path) equal the single-block ones."""
     from xpml.linear_model._logistic import _binary_newton_system
