@@ -1637,6 +1637,9 @@ _ROUTE_BLOCK = 1 << 16
 # rows of X (in bytes) one block of several trees walks: they are read again
 # by every tree of the block, so they should stay in cache
 _ROUTE_ROW_BYTES = 1 << 19
+# a single tree walks X in equal slices of at most this many bytes: a slice
+# read at every step stays in a core's L2 (one 3.2 MB X: 3.5 -> 2.9 ms)
+_ROUTE_SINGLE_BYTES = 3 << 19
 
 
 def _route_nan_example():
@@ -1661,8 +1664,20 @@ def _route_deep_example():
     return _deep_example(np.random.default_rng(2), n_trees=3, n=_ROUTE_BLOCK // 2 + 7)
 
 
-def _deep_example(rng, *, n_trees, n):
-    """Random complete-ish trees of depth 9 to 13 stacked as a forest."""
+def _route_adjacent_nan_example():
+    """Deep trees numbered as the growth numbers them (right child = left + 1,
+    the step that gathers the left child only), with NaN in ``X`` sent
+    left or right as each node says; one tree over two slices of the rows."""
+    rng = np.random.default_rng(4)
+    n = _ROUTE_SINGLE_BYTES // (5 * 8) + 9  # X (n, 5) a little over one slice
+    (X, table), kw = _deep_example(rng, n_trees=1, n=n, missing=True)
+    X[rng.random(X.shape) < 0.2] = np.nan
+    return (X, table), {**kw, "missing": True}
+
+
+def _deep_example(rng, *, n_trees, n, missing=False):
+    """Random complete-ish trees of depth 9 to 13 stacked as a forest
+    (``missing``: each split node sends NaN left or right at random)."""
     d = 5
     feats, thrs, lefts, rights, roots, depths = [], [], [], [], [], []
     N = 0
@@ -1679,15 +1694,18 @@ def _deep_example(rng, *, n_trees, n):
         roots.append(N)
         depths.append(depth)
         N += m
+    left = np.concatenate(lefts)
     table = routing_table(
         *(np.concatenate(a) for a in (feats, thrs, lefts, rights)),
         depths,
         xp=np,
         roots=np.asarray(roots, dtype=np.int64),
+        missing_left=rng.random(left.shape[0]) < 0.5 if missing else None,
     )
     return (rng.normal(size=(n, d)), table), {"xp": np, "compact_every": 2}
 
 
+@fast_path("tree.route", "numpy", example=_route_adjacent_nan_example)
 @fast_path("tree.route", "numpy", example=_route_deep_example)
 @fast_path("tree.route", "numpy", example=_route_nan_example)
 @fast_path("tree.route", "numpy", example=_route_example)
@@ -1699,14 +1717,20 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
     checks (``mode="clip"``: every index is a node of the table or an entry of
     ``X`` by construction), and every ``compact_every`` steps the pairs that
     reached a leaf are written to the result and dropped, when they are at
-    least an eighth of the block's."""
+    least a quarter of the block's. A single tree walks ``X`` in slices of at
+    most ``_ROUTE_SINGLE_BYTES``; where siblings are numbered side by side
+    (as the growth numbers them) a step gathers the left child only."""
     n, d = int(X.shape[0]), int(X.shape[1])
     trees = slice(None) if trees is None else trees
     roots = np.asarray(table.roots[trees], dtype=np.int64)
     depths = np.asarray(table.depths[trees])
     T = int(roots.shape[0])
     Xflat = np.reshape(X, (-1,))
-    rows = n if T == 1 else _ROUTE_ROW_BYTES // max(1, d * Xflat.itemsize)
+    row_bytes = max(1, d * Xflat.itemsize)
+    if T == 1:
+        rows = -(-n // max(1, -(-n * row_bytes // _ROUTE_SINGLE_BYTES)))
+    else:
+        rows = _ROUTE_ROW_BYTES // row_bytes
     rows = max(1, min(n, rows, _ROUTE_BLOCK))
     per = max(1, _ROUTE_BLOCK // rows)  # trees per block
     every = max(1, int(compact_every))
@@ -1725,11 +1749,26 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
     return np.reshape(out, (T, n))
 
 
+def _left_children(table):
+    """The left child of every node as a contiguous array when every split
+    node's right child follows its left one (the numbering the growth makes:
+    a step is then ``left[node] + (x > t)``), else None; computed once per
+    table (a cache beside its arrays)."""
+    cached = table.__dict__.get("_cache_left")
+    if cached is None:
+        left, right = table.kids[0::2], table.kids[1::2]
+        adjacent = bool(np.all((right == left + 1) | table.leaf))
+        cached = (np.ascontiguousarray(left) if adjacent else None,)
+        object.__setattr__(table, "_cache_left", cached)  # a cache, not state
+    return cached[0]
+
+
 class _Walk:
     """Buffers and tables of one :func:`_route_numpy` call."""
 
     def __init__(self, Xflat, table, d, *, every, missing, size):
         self.X, self.table, self.d, self.every = Xflat, table, d, every
+        self.left = _left_children(table)
         self.missing = missing and table.missing_right is not None
         self.ints = [np.empty(size, dtype=np.int64) for _ in range(2)]
         self.x = np.empty(size, dtype=Xflat.dtype)
@@ -1741,7 +1780,7 @@ class _Walk:
         ``self.ints[0]``); writes the pairs set aside to ``out[pos]`` and
         returns the rest ``(node, base, pos)``."""
         tb, X, add = self.table, self.X, np.add
-        feature, threshold, kids = tb.feature, tb.threshold, tb.kids
+        feature, threshold, kids, left = tb.feature, tb.threshold, tb.kids, self.left
         cur, spare = 0, 1
         for step in range(depth):
             k = int(node.shape[0])
@@ -1753,9 +1792,13 @@ class _Walk:
             np.greater(x, t, out=g)
             if self.missing:  # NaN goes right where the node says so
                 g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
-            add(node, node, out=node)
-            add(node, g, out=node)
-            kids.take(node, out=i, mode="clip")
+            if left is not None:  # siblings adjacent: the right one is left + 1
+                left.take(node, out=i, mode="clip")
+                add(i, g, out=i)
+            else:
+                add(node, node, out=node)
+                add(node, g, out=node)
+                kids.take(node, out=i, mode="clip")
             node, cur, spare = i, spare, cur
             if (step + 1) % self.every == 0 and step + 1 < depth:
                 node, base, pos = self._set_aside(node, base, pos, cur, out)
@@ -1763,10 +1806,11 @@ class _Walk:
 
     def _set_aside(self, node, base, pos, cur, out):
         """Write the pairs that reached a leaf to ``out`` and drop them, when
-        they are at least an eighth of those still walking."""
+        they are at least a quarter of those still walking (an eighth was
+        measured slower: dropping costs about one step)."""
         fin = np.take(self.table.leaf, node, mode="clip")
         k = int(node.shape[0])
-        if 8 * int(np.count_nonzero(fin)) < k:
+        if 4 * int(np.count_nonzero(fin)) < k:
             return node, base, pos
         done = np.flatnonzero(fin)
         out[np.take(pos, done, mode="clip")] = np.take(node, done, mode="clip")
