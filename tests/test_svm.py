@@ -703,3 +703,12 @@ def test_in_place_fast_paths_agree_on_separate_buffers():
     again = dispatch("svm.grow_rows", np)(grown, 8, 8, xp=np)  # no copy, no write
     assert np.shares_memory(again, grown)
     np.testing.assert_array_equal(again[:2], old)
+    XB = X[rng.permutation(40)[:9]]
+    memo = {"q": 12}
+    fast = dispatch("svm.block", np)(XB, spec, xp=np, memo=memo)
+    slow = dispatch("svm.block", np, fast=False)(XB, spec, xp=np, memo={})
+    np.testing.assert_array_equal(fast, slow)  # the Gram engine's values
+    np.testing.assert_array_equal(np.diagonal(fast), 1.0)
+    again = dispatch("svm.block", np)(XB[:5], spec, xp=np, memo=memo)
+    assert np.shares_memory(again, fast)  # one buffer for every working set
+    np.testing.assert_array_equal(again, slow[:5, :5])

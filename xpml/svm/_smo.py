@@ -97,6 +97,7 @@ _CHECK_EVERY = 8  # portable subproblem solver: host check every this many steps
 _Q_START = 64  # first working-set size; doubles while the subproblems are busy
 _SHRINK_EVERY = 4  # working sets between shrinking checks
 _SHRINK_MIN = 0.2  # compact the active set when this fraction can go
+_GATHER_BYTES = 1 << 20  # scratch for gathered cache rows (NumPy)
 
 
 # ----------------------------------------------------- library-specific ops
@@ -415,6 +416,43 @@ def _rows_into_numpy(buf, Xb, X, slots, spec, /, *, xp, memo):
     return buf
 
 
+def _example_block():
+    X = np.random.default_rng(6).normal(size=(7, 3))
+    return (X, ("rbf", {"gamma": 0.4}, None)), {"xp": np, "memo": {"q": 9}}
+
+
+@portable("svm.block")
+def _block(XB, spec, /, *, xp, memo):
+    """``K(X_B, X_B)`` by the Gram engine (``spec``: kernel, params, budget)."""
+    kernel, params, budget = spec
+    return kernel_matrix(
+        XB, XB, kernel, params, xp=xp, symmetric=True, memory_budget=budget
+    )
+
+
+@fast_path("svm.block", "numpy", example=_example_block)
+def _block_numpy(XB, spec, /, *, xp, memo):
+    """NumPy RBF: the Gram engine's operations (exponent product, exact zeros
+    on the diagonal, clamp and ``exp`` in place) in one buffer of
+    ``memo["q"]²`` values kept for every working set, so a fit does not
+    allocate (and fault in) a fresh ``q × q`` block per set. The result is a
+    view of that buffer, valid until the next call."""
+    kernel, params, _ = spec
+    q = XB.shape[0]
+    if kernel != "rbf" or q > memo.get("q", 0):
+        return _block(XB, spec, xp=xp, memo=memo)
+    flat = memo.get("block")
+    if flat is None or flat.dtype != XB.dtype:
+        flat = memo["block"] = np.empty(memo["q"] ** 2, dtype=XB.dtype)
+    A, B = _rbf_factors(XB, XB, params["gamma"], xp=xp)
+    E = flat[: q * q].reshape(q, q)
+    np.matmul(A, B.T, out=E)
+    np.fill_diagonal(E, 0.0)
+    np.minimum(E, 0.0, out=E)
+    np.exp(E, out=E)
+    return E
+
+
 # ---------------------------------------------------------------- kernel rows
 class KernelRows:
     """Rows of the kernel matrix of ``X`` in a row cache with LRU eviction.
@@ -476,7 +514,8 @@ class KernelRows:
         self.row_of = np.full(self.cap, -1, dtype=np.int64)
         self.stamp = np.zeros(self.cap, dtype=np.int64)
         self.clock = 0
-        self._memo = {}  # what the row writer keeps between calls on ``X``
+        # what the fast paths keep between calls on ``X`` (factors, scratch)
+        self._memo = {"q": self.q}
 
     def _note(self, transient_rows):
         held = (self.size + transient_rows) * self.row_bytes
@@ -586,26 +625,31 @@ class KernelRows:
     def block(self, Bd):
         """``K[B, B]`` (``Bd`` on the device), computed afresh by the Gram
         engine: ``q² d`` flops cost less than gathering ``q²`` values scattered
-        over the cache."""
+        over the cache. On NumPy it may be a view of a buffer the next call
+        overwrites."""
         xp = self.xp
-        XB = xp.take(self.X, Bd, axis=0)
         q = int(Bd.shape[0])
         budget = None if isinstance(self.kernel, str) else 3 * q * q * 8
-        return kernel_matrix(
-            XB,
-            XB,
-            self.kernel,
-            self.params,
+        return dispatch("svm.block", xp)(
+            xp.take(self.X, Bd, axis=0),
+            (self.kernel, self.params, budget),
             xp=xp,
-            symmetric=True,
-            memory_budget=budget,
+            memo=self._memo,
         )
 
     def product(self, sl_dev, d):
         """``K[B, :]ᵀ d`` for the cached rows in the slots ``sl_dev`` (device)."""
         self._note(2 * min(int(sl_dev.shape[0]), self.chunk))
         prod = dispatch("svm.row_product", self.xp)
-        return prod(self.buf, sl_dev, d, self.used, xp=self.xp, chunk=self.chunk)
+        return prod(
+            self.buf,
+            sl_dev,
+            d,
+            self.used,
+            xp=self.xp,
+            chunk=self.chunk,
+            memo=self._memo,
+        )
 
     def cross(self, rows, cols, coef):
         """``K[rows, cols] @ coef`` (device index arrays), in row chunks."""
@@ -677,6 +721,7 @@ class PrecomputedRows(KernelRows):
         self.row_bytes = 0
         self.size = 0
         self.peak_bytes = self.computed_rows = self.hits = self.evictions = 0
+        self._memo = {}
 
     @property
     def used(self):
@@ -738,13 +783,14 @@ def _scatter_indexed(x, idx, values, /, *, xp):
 def _example_row_product():
     rng = np.random.default_rng(3)
     buf = rng.normal(size=(10, 6))
-    return (buf, np.array([7, 2, 4, 0]), rng.normal(size=4), 9), {"xp": np, "chunk": 3}
+    kw = {"xp": np, "chunk": 3, "memo": {}}
+    return (buf, np.array([7, 2, 4, 0]), rng.normal(size=4), 9), kw
 
 
 @portable("svm.row_product")
-def _row_product(buf, slots, d, used, /, *, xp, chunk):
+def _row_product(buf, slots, d, used, /, *, xp, chunk, memo=None):
     """``buf[slots]ᵀ d``: the rows gathered ``chunk`` at a time (``used``, the
-    rows in use, is for the fast path)."""
+    rows in use, and ``memo``, the fast path's scratch, are for the fast path)."""
     out = xp.zeros((buf.shape[1],), dtype=d.dtype, device=device(d))
     m = int(slots.shape[0])
     for c in range(0, m, chunk):
@@ -754,17 +800,36 @@ def _row_product(buf, slots, d, used, /, *, xp, chunk):
 
 
 @fast_path("svm.row_product", "numpy", example=_example_row_product)
-def _row_product_numpy(buf, slots, d, used, /, *, xp, chunk):
+def _row_product_numpy(buf, slots, d, used, /, *, xp, chunk, memo=None):
     """NumPy: when the rows are a third or more of those in use, one product
     over all of them (a view, zeros where not asked) streams the cache once;
     a gather copies each row and then reads it again, about three times the
     memory traffic per row. (A float32 cache is gathered: the product is in
     ``d``'s precision, and converting every row in use would cost more.)"""
     if 3 * slots.shape[0] < used or buf.dtype != d.dtype:
-        return _row_product(buf, slots, d, used, xp=xp, chunk=chunk)
+        return _gathered_product(buf, slots, d, {} if memo is None else memo)
     coef = np.zeros(used, dtype=d.dtype)
     coef[slots] = d
     return coef @ buf[:used]
+
+
+def _gathered_product(buf, slots, d, memo):
+    """``buf[slots]ᵀ d`` on NumPy with the rows gathered into one scratch block
+    of about ``_GATHER_BYTES``, kept in ``memo`` for the next calls: a
+    transient of ``chunk`` whole rows is megabytes at large ``n``, and each
+    fresh one faults its pages in."""
+    n, m = buf.shape[1], slots.shape[0]
+    step = max(1, _GATHER_BYTES // max(1, n * buf.itemsize))
+    scratch = memo.get("gather")
+    if scratch is None or scratch.shape != (step, n) or scratch.dtype != buf.dtype:
+        scratch = memo["gather"] = np.empty((step, n), dtype=buf.dtype)
+    out = np.zeros(n, dtype=d.dtype)
+    for c in range(0, m, step):
+        e = min(c + step, m)
+        # mode="clip" (slots are in range): with "raise" NumPy buffers `out`
+        rows = np.take(buf, slots[c:e], axis=0, out=scratch[: e - c], mode="clip")
+        out += d[c:e] @ rows
+    return out
 
 
 # ------------------------------------------------------------------ the solver
