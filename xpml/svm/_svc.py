@@ -187,7 +187,7 @@ class SVC(ClassifierMixin, BaseEstimator):
     random_state : int, Generator or None, default=None
         Seeds the folds of Platt scaling's cross-validation.
     working_set_size : int or None, default=None
-        Variables per working set ``q``. Default: start at 64 and double
+        Variables per working set ``q``. Default: start at ``n/20`` within [64, 256] and double
         while the subproblems are busy, up to ``n/4`` clipped to [256, 1024]
         (fewer under a small budget).
     cache_dtype : {"float64", "float32"}, default="float64"
