@@ -714,8 +714,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
             col = y[:, j] if self.outputs_2d_ else y
             codes = xp.reshape(xp.take(col, flat, axis=0), ind.shape)
             labels = xp.arange(int(cls.shape[0]), dtype=codes.dtype, device=ctx.device)
-            onehot = xp.astype(codes[:, :, None] == labels[None, None, :], w.dtype)
-            votes.append(xp.sum(w[:, :, None] * onehot, axis=1))
+            votes.append(_class_votes(codes, w, labels, xp=xp))
         return ctx, votes
 
     def predict_proba(self, X: ArrayLike) -> Array | list:
@@ -740,6 +739,19 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
             return np.stack(cols, axis=1)
         out_xp = array_namespace(*cols)
         return out_xp.stack(cols, axis=1)
+
+
+def _class_votes(codes, w, labels, /, *, xp):
+    """Weighted votes (n, n_classes) of the neighbours' class ``codes`` (n, k),
+    added to zeros one neighbour rank at a time (in rank order, as a sum
+    over the ranks adds them: the same values, signs of zero included):
+    (n, n_classes) temporaries, not (n, k, n_classes)."""
+    shape = (codes.shape[0], labels.shape[0])
+    votes = xp.zeros(shape, dtype=w.dtype, device=device(w))
+    for j in range(codes.shape[1]):
+        hit = xp.astype(codes[:, j : j + 1] == labels[None, :], w.dtype)
+        votes = votes + w[:, j : j + 1] * hit
+    return votes
 
 
 def _is_multi_output(y):
