@@ -1173,22 +1173,22 @@ def _leaf_pairs(t, Qc, reach, p, *, margin):
     leaves' ranks are measured as :func:`_best_bin_first_all` measures them."""
     qi = np.arange(Qc.shape[0])
     node = np.zeros(Qc.shape[0], dtype=np.int64)
-    pairs_q, pairs_leaf = [], []
+    pairs_q, pairs_leaf, pairs_rank = [], [], []
     while qi.size:
         Qn = Qc[qi]
         gap = np.maximum(t.node_lo[node] - Qn, 0) + np.maximum(Qn - t.node_hi[node], 0)
         rank = _gap_rank(gap, p)
         near = (rank * (1.0 - 1e-12) if margin else rank) <= reach[qi]
-        qi, node = qi[near], node[near]
+        qi, node, rank = qi[near], node[near], rank[near]
         lf = t.leaf[node]
         inner = lf < 0
         pairs_q.append(qi[~inner])
         pairs_leaf.append(lf[~inner])
+        # a leaf node's box is its leaf's (lo, hi): the same rank, kept
+        pairs_rank.append(rank[~inner])
         qi = np.repeat(qi[inner], 2)
         node = t.child[node[inner]].reshape(-1)
-    pq, pl = np.concatenate(pairs_q), np.concatenate(pairs_leaf)
-    gap = np.maximum(t.lo[pl] - Qc[pq], 0) + np.maximum(Qc[pq] - t.hi[pl], 0)
-    return pq, pl, _gap_rank(gap, p)
+    return tuple(np.concatenate(a) for a in (pairs_q, pairs_leaf, pairs_rank))
 
 
 def _leaf_ranks(t, X, Qa, leaves, p):
