@@ -1074,15 +1074,18 @@ def _exact_kd_scipy(tree, X, Q, k, /, *, xp, p=2, cache=None):
     rows, w = np.arange(Q.shape[0]), k
     while rows.size and w <= 16 * k:
         kk = min(w + 1, n)
-        dist, ind = proposer.query(Q[rows], kk, p=p, workers=workers)
+        Qr = Q if rows.size == Q.shape[0] else Q[rows]  # no copy on the first pass
+        dist, ind = proposer.query(Qr, kk, p=p, workers=workers)
         dist, ind = dist.reshape(-1, kk), ind.reshape(-1, kk)
-        if kk > w:
-            rank = dist if p == math.inf else dist**p
-            clear = _clearly_beyond(rank[:, k - 1], rank[:, w], X)
+        if kk > w:  # only the k-th and the next rank are needed
+            edge = dist[:, [k - 1, w]]
+            rank = edge if p == math.inf else edge**p
+            clear = _clearly_beyond(rank[:, 0], rank[:, 1], X)
         else:  # w >= n: every point is a candidate
             clear = np.ones(rows.size, dtype=bool)
-        done = rows[clear]
-        ranks, ids = _refine_host(Q[done], X, ind[clear, :w].astype(np.int64), p)
+        done, every = rows[clear], bool(clear.all())
+        cand = (ind[:, :w] if every else ind[clear, :w]).astype(np.int64)
+        ranks, ids = _refine_host(Qr if every else Qr[clear], X, cand, p)
         out_d[done], out_i[done] = ranks[:, :k], ids[:, :k]
         rows, w = rows[~clear], 4 * w
     if rows.size:
