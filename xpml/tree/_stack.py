@@ -16,11 +16,10 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat.numpy as hnp
 import numpy as np
 
 from xpml._backend import move, to_numpy
-from xpml.tree._grow import RoutingTable, route, routing_table
+from xpml.tree._grow import RoutingTable, route
 from xpml.utils._array_api import is_numpy_namespace, namespace_name
 
 __all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
@@ -102,27 +101,38 @@ def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
     (default: the trees' own)."""
     sizes = np.asarray([len(t["feature"]) for t in trees], dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-
-    def shifted(key):
-        return np.concatenate(
-            [np.where(t[key] >= 0, t[key] + o, t[key]) for t, o in zip(trees, offs)]
-        ).astype(np.int64)
-
     thr = np.concatenate([t["threshold"] for t in trees])
     value = np.concatenate([t["value"] for t in trees], axis=0)
     if np_dtype is not None:
         thr, value = thr.astype(np_dtype), value.astype(np_dtype)
-    host = routing_table(
-        np.concatenate([t["feature"] for t in trees]).astype(np.int64),
-        thr,
-        shifted("children_left"),
-        shifted("children_right"),
-        np.asarray([t["max_depth"] for t in trees]),
-        xp=hnp,
-        roots=offs,
-        missing_left=np.concatenate([_missing_left(t) for t in trees]).astype(bool),
-    )
+    host = _host_table(trees, thr, offs, sizes)
     return TreeStack(*_upload(host, value, xp, dev), tuple(sources), _where(xp, dev))
+
+
+def _host_table(trees, thr, offs, sizes):
+    """:func:`~xpml.tree._grow.routing_table` of the concatenated host trees
+    (children shifted by each tree's offset ``offs``), built in place in its
+    final arrays: the first predict of a process touches fresh memory for
+    the table only (``thr``, the concatenated thresholds, is taken over)."""
+    N = int(sizes.sum())
+    cat = np.concatenate
+    kids = np.empty((N, 2), dtype=np.int64)
+    cat([t["children_left"] for t in trees], out=kids[:, 0], casting="unsafe")
+    cat([t["children_right"] for t in trees], out=kids[:, 1], casting="unsafe")
+    leaf = kids[:, 0] < 0
+    kids += np.repeat(offs, sizes)[:, None]
+    at = np.flatnonzero(leaf)
+    kids[at, 0] = at  # leaves loop back to themselves
+    kids[at, 1] = at
+    feature = cat([t["feature"] for t in trees]).astype(np.int64, copy=False)
+    feature[at] = 0
+    thr[at] = np.inf
+    missing_right = ~cat([_missing_left(t) for t in trees]).astype(bool, copy=False)
+    missing_right &= ~leaf
+    depths = np.asarray([t["max_depth"] for t in trees], dtype=np.int64)
+    return RoutingTable(
+        feature, thr, kids.reshape(-1), leaf, offs, depths, missing_right
+    )
 
 
 def _missing_left(t):
