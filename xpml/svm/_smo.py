@@ -711,6 +711,7 @@ class KernelRows:
 
     def release(self):
         self.buf = None
+        self._memo = {}
 
 
 class PrecomputedRows(KernelRows):
