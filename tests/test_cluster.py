@@ -544,9 +544,53 @@ def test_kmeans_one_blas_thread_starts_no_threads(monkeypatch):
         raise AssertionError("a thread pool under a one-thread BLAS limit")
 
     monkeypatch.setattr(km, "map_row_blocks", refuse)
+    monkeypatch.setattr(km, "ThreadPoolExecutor", refuse)  # the Lloyd run's pool
     with threadpool_limits(1):
         alone = KMeans(**kw).fit(X)
     np.testing.assert_array_equal(alone.labels_, pooled.labels_)
     np.testing.assert_allclose(alone.cluster_centers_, pooled.cluster_centers_)
     with threadpool_limits(2), pytest.raises(AssertionError, match="thread pool"):
         KMeans(**kw).fit(X)
+
+
+@pytest.mark.parametrize("one_thread", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
+    monkeypatch, one_thread, weighted
+):
+    """The NumPy Lloyd step (labels written block by block, one shard of
+    blocks per thread of a pool held for the run, changed rows taken from the
+    assignment, counts moved with them when all weights are 1) gives the
+    portable step's labels, sums and weights bit for bit at every iteration,
+    empty clusters included."""
+    from threadpoolctl import threadpool_limits
+
+    import xpml.cluster._kmeans as km
+    from xpml.utils._array_api import dispatch
+
+    rng = np.random.default_rng(7)
+    X = 3.0 * rng.standard_normal((8, 5))[rng.integers(0, 8, 4000)]
+    X += rng.standard_normal((4000, 5))
+    w = rng.uniform(0.5, 2.0, 4000) if weighted else np.ones(4000)
+    C = np.concatenate([X[:7], [[60.0] * 5]])  # centre 7 takes no point
+    data = km._Data.make(X, w, 8, xp=np, memory_budget=8 * 8 * 3 * 300)
+    assert data.rows < 1000 and (data.Xw is data.X) == (not weighted)
+    fast_step = dispatch("kmeans.lloyd_step", np)
+    slow_step = dispatch("kmeans.lloyd_step", np, fast=False)
+    assert fast_step is km._lloyd_step_numpy and slow_step is km._lloyd_step
+    labels = sums = None
+    changed = []
+    with threadpool_limits(1 if one_thread else 2), km._shard_runner(np) as shards:
+        assert (shards is None) == one_thread
+        run = km.dataclasses.replace(data, shards=shards)
+        for _ in range(12):
+            fast = fast_step(run, C, labels, xp=np, previous_sums=sums)
+            slow = slow_step(data, C, labels, xp=np, previous_sums=sums)
+            for f, s in zip(fast, slow, strict=True):
+                np.testing.assert_array_equal(f, s)
+                assert f.dtype == s.dtype
+            if labels is not None:
+                changed.append(int(np.sum(fast[0] != labels)))
+            labels, sums = fast[0], fast[1:]
+            C = km._means(*sums, C, xp=np)
+    assert sums[1][7] == 0 and changed[0] > 0  # an empty cluster; rows moved

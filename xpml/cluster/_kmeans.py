@@ -14,8 +14,10 @@ so one seed gives the same clustering on every backend.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 
 import numpy as np
@@ -31,7 +33,12 @@ from xpml.kernels import (
     sq_distances,
     sq_norms,
 )
-from xpml.linalg import CPU_TILE_BYTES, map_row_blocks, one_blas_thread
+from xpml.linalg import (
+    _single_threaded_blas,
+    host_threads,
+    map_row_blocks,
+    one_blas_thread,
+)
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -55,14 +62,25 @@ INITS = ("k-means++", "random", "forgy", "random-partition")
 
 
 # ----------------------------------------------------------------- helpers
+ASSIGN_TILE_BYTES = 2**20
+"""On NumPy, the scores and rows of ``A`` of one assignment block take about
+this much (measured at n = 50k, d = 20: k = 8 about 1.3x faster per iteration
+in 4096-row blocks than in the 22k rows of :data:`xpml.linalg.CPU_TILE_BYTES`'s
+rule; k = 64 alike from 1k to 8k rows); at least :data:`MIN_TILE_ROWS` rows."""
+
+MIN_TILE_ROWS = 256
+
+
 def _block_rows(X, k, xp, memory_budget):
     """Rows per assignment block: the memory budget's, and on NumPy at most a
-    cache-sized tile (:data:`xpml.linalg.CPU_TILE_BYTES`)."""
-    budget = budget_bytes(memory_budget)
-    if is_numpy_namespace(xp):
-        budget = min(budget, CPU_TILE_BYTES)
+    cache-sized tile (:data:`ASSIGN_TILE_BYTES`)."""
     size = itemsize(X.dtype, xp)
-    return block_rows_for(k, X.shape[1], size, kernel="linear", memory_budget=budget)
+    budget = budget_bytes(memory_budget)
+    rows = block_rows_for(k, X.shape[1], size, kernel="linear", memory_budget=budget)
+    if is_numpy_namespace(xp):
+        per_row = (k + X.shape[1] + 1) * size
+        rows = min(rows, max(MIN_TILE_ROWS, ASSIGN_TILE_BYTES // per_row))
+    return rows
 
 
 @portable("kmeans.nearest")
@@ -87,6 +105,23 @@ def _nearest_example():
     return (A, B, rng.integers(0, 9, 60)), {"xp": None}
 
 
+def _nearest_into(Ab, B, prev, out):
+    """:func:`_nearest_numpy` written into ``out`` (intp); returns the block's
+    rows whose label is not ``prev`` (None when ``prev`` is None)."""
+    St = B @ Ab.T
+    if prev is None:
+        np.argmin(St, axis=0, out=out)
+        return None
+    b = St.shape[1]
+    flat = prev * b  # St[prev[i], i] in the flattened scores
+    flat += np.arange(b)
+    moved = np.flatnonzero(St.reshape(-1).take(flat) > St.min(axis=0))
+    out[...] = prev
+    if moved.size:
+        out[moved] = np.argmin(St[:, moved], axis=0)
+    return moved
+
+
 @fast_path("kmeans.nearest", "numpy", example=_nearest_example)
 def _nearest_numpy(Ab, B, prev, /, *, xp):
     """As the portable twin, with the scores laid out centre by centre
@@ -95,23 +130,40 @@ def _nearest_numpy(Ab, B, prev, /, *, xp):
     A row keeps ``prev`` when its previous centre scores the minimum (the tie
     rule: most rows after the first iterations); only the others need their
     ``argmin`` (the first of equal minima, as the portable twin's)."""
-    St = B @ Ab.T
-    if prev is None:
-        return np.argmin(St, axis=0)
-    smin = np.min(St, axis=0)
-    b = St.shape[1]
-    sprev = np.take(St.reshape(-1), prev * b + np.arange(b))  # St[prev, :b]
-    moved = np.flatnonzero(sprev > smin)
-    lab = np.array(prev, dtype=np.intp)
-    if moved.size:
-        lab[moved] = np.argmin(St[:, moved], axis=0)
-    return lab
+    out = np.empty(Ab.shape[0], dtype=np.intp)
+    _nearest_into(Ab, B, prev, out)
+    return out
 
 
-def _assign_factored(A, B, previous, rows, /, *, xp):
+def _assign_numpy(A, B, previous, rows, shards):
+    """NumPy labels of all rows (:func:`_nearest_into` per block, one shard of
+    blocks per thread when ``shards`` is given) and the rows whose label is not
+    ``previous`` (in order; None when ``previous`` is None)."""
+    n = A.shape[0]
+    labels = np.empty(n, dtype=np.intp)
+
+    def run(r0, r1):
+        moved = []
+        for b0 in range(r0, r1, rows):
+            b1 = min(b0 + rows, r1)
+            prev = None if previous is None else previous[b0:b1]
+            m = _nearest_into(A[b0:b1], B, prev, labels[b0:b1])
+            if m is not None:
+                moved.append(m + b0)
+        return moved
+
+    parts = [run(0, n)] if shards is None else shards(run, n)
+    if previous is None:
+        return labels, None
+    moved = [m for part in parts for m in part]
+    return labels, (np.concatenate(moved) if moved else np.zeros(0, dtype=np.intp))
+
+
+def _assign_factored(A, B, previous, rows, /, *, xp, shards=None):
     """Labels of all rows of ``A = [x, 1]`` against ``B = [−2c, ‖c‖²]``, in row
-    blocks (a thread pool on NumPy, :func:`xpml.linalg.map_row_blocks`, unless
-    BLAS is limited to one thread)."""
+    blocks: split in ``shards`` (:func:`_shard_runner`, one run of consecutive
+    blocks per thread) when given, else on a thread pool on NumPy
+    (:func:`xpml.linalg.map_row_blocks`) unless BLAS is limited to one thread."""
 
     nearest = dispatch("kmeans.nearest", xp)
 
@@ -119,12 +171,39 @@ def _assign_factored(A, B, previous, rows, /, *, xp):
         prev = None if previous is None else previous[r0:r1]
         return nearest(A[r0:r1, :], B, prev, xp=xp)
 
+    def blocks(r0, r1):
+        return [block(b0, min(b0 + rows, r1)) for b0 in range(r0, r1, rows)]
+
     n = A.shape[0]
-    if one_blas_thread(xp):
-        out = [block(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
+    if shards is not None:
+        out = [lab for part in shards(blocks, n) for lab in part]
+    elif one_blas_thread(xp):
+        out = blocks(0, n)
     else:
         out = map_row_blocks(block, n, rows, xp=xp)
     return out[0] if len(out) == 1 else xp.concat(out)
+
+
+@contextlib.contextmanager
+def _shard_runner(xp):
+    """For one Lloyd run on NumPy with several CPUs: ``run(fn, n)`` =
+    ``[fn(r0, r1)]`` over one shard of consecutive rows per thread, in order,
+    on a pool held for the run with BLAS limited to one thread meanwhile (a
+    pool and a BLAS limit per iteration cost more than a k = 8 assignment's
+    product). None elsewhere, and when the caller limited BLAS to one thread."""
+    threads = host_threads(xp)
+    limits = None if threads < 2 or one_blas_thread(xp) else _single_threaded_blas(xp)
+    if limits is None:
+        yield None
+        return
+    with limits, ThreadPoolExecutor(max_workers=threads) as pool:
+
+        def run(fn, n):
+            step = max(1, -(-n // threads))
+            bounds = range(0, n, step)
+            return list(pool.map(lambda r0: fn(r0, min(r0 + step, n)), bounds))
+
+        yield run
 
 
 def _assign(X, C, previous, /, *, xp, memory_budget=None):
@@ -237,14 +316,15 @@ def _query_factor_numpy(X, /, *, xp):
 @dataclasses.dataclass
 class _Data:
     """What every Lloyd iteration reads: the points ``X``, their weights ``w``,
-    ``Xw = w X``, ``A = [x, 1]`` (:func:`xpml.kernels.query_factor`) and the
-    rows per assignment block."""
+    ``Xw = w X``, ``A = [x, 1]`` (:func:`xpml.kernels.query_factor`), the
+    rows per assignment block and, during a run, its :func:`_shard_runner`."""
 
     X: object
     w: object
     Xw: object
     A: object
     rows: int
+    shards: object = None
 
     @classmethod
     def make(cls, X, w, k, /, *, xp, memory_budget=None):
@@ -279,14 +359,29 @@ the sums are made afresh (one pass over ``X``)."""
 def _update_sums_numpy(labels, previous, previous_sums, Xw, w, /, *, xp):
     """Only the points whose label changed (few after the first iterations)
     move their rows from the old cluster's sum to the new one's; many changes
-    are summed afresh. The weights are always summed afresh, so that an empty
-    cluster's weight is exactly 0 (its sum is reset to 0)."""
-    sums, _ = previous_sums
-    k = sums.shape[0]
+    are summed afresh (:func:`_moved_sums`)."""
     moved = np.flatnonzero(labels != previous)
+    return _moved_sums(labels, previous, moved, previous_sums, Xw=Xw, w=w)
+
+
+def _moved_sums(labels, previous, moved, previous_sums, /, *, Xw, w, counts=False):
+    """The sums and weights of ``labels``' clusters from those of ``previous``
+    (``previous_sums``), ``moved`` the rows whose label changed: their rows
+    move between the sums (in row order: all added, then all subtracted), or,
+    past :data:`INCREMENTAL_SUMS_UP_TO`, everything is summed afresh. The
+    weights are summed afresh, so that an empty cluster's weight is exactly 0
+    (its sum is reset to 0); with ``counts`` (all weights 1) they move with the
+    rows instead: whole numbers, the same as summed afresh."""
+    sums, wsum = previous_sums
+    k = sums.shape[0]
     if moved.size > INCREMENTAL_SUMS_UP_TO * labels.shape[0]:
-        return _cluster_sums_numpy(labels, Xw, w, xp=xp, k=k)
-    wsum = np.bincount(labels, weights=w, minlength=k).astype(w.dtype, copy=False)
+        return _cluster_sums_numpy(labels, Xw, w, xp=np, k=k)
+    if counts:
+        delta = np.bincount(labels[moved], minlength=k)
+        delta -= np.bincount(previous[moved], minlength=k)
+        wsum = (wsum.astype(np.float64) + delta).astype(w.dtype, copy=False)
+    else:
+        wsum = np.bincount(labels, weights=w, minlength=k).astype(w.dtype, copy=False)
     sums = np.array(sums, dtype=Xw.dtype)
     if moved.size:
         rows = Xw[moved]
@@ -296,13 +391,14 @@ def _update_sums_numpy(labels, previous, previous_sums, Xw, w, /, *, xp):
     return sums, wsum
 
 
+@portable("kmeans.lloyd_step")
 def _lloyd_step(data, C, previous, /, *, xp, previous_sums=None):
     """One Lloyd iteration: assign every point to its nearest centre of ``C``
     (keeping ``previous`` on ties), then the weighted sums and weights of the
     new clusters (updated from ``previous_sums``, those of ``previous``, when
     given). Returns ``(labels, sums, wsum)``; no host sync."""
     B = point_factor(C, xp=xp)
-    labels = _assign_factored(data.A, B, previous, data.rows, xp=xp)
+    labels = _assign_factored(data.A, B, previous, data.rows, xp=xp, shards=data.shards)
     if previous is None or previous_sums is None:
         sums, wsum = dispatch("cluster_sums", xp)(
             labels, data.Xw, data.w, xp=xp, k=C.shape[0]
@@ -312,6 +408,45 @@ def _lloyd_step(data, C, previous, /, *, xp, previous_sums=None):
             labels, previous, previous_sums, data.Xw, data.w, xp=xp
         )
     return labels, sums, wsum
+
+
+def _lloyd_step_example(weighted=False, first=False):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((700, 3)) + 4.0 * rng.integers(0, 3, (700, 1))
+    w = rng.uniform(0.5, 2.0, 700) if weighted else np.ones(700)
+    C = np.concatenate([X[:4], [[50.0, 50.0, 50.0]]])  # cluster 4 stays empty
+    data = _Data.make(X, w, 5, xp=np, memory_budget=5 * 8 * 3 * 96)  # 96-row blocks
+    previous = _nearest_numpy(data.A, point_factor(X[10:15], xp=np), None, xp=np)
+    sums = None if first else _cluster_sums_numpy(previous, data.Xw, w, xp=np, k=5)
+    previous = None if first else previous
+    return (data, C, previous), {"xp": None, "previous_sums": sums}
+
+
+@fast_path("kmeans.lloyd_step", "numpy", example=_lloyd_step_example)
+def _lloyd_step_numpy(data, C, previous, /, *, xp, previous_sums=None):
+    """As the portable twin, the labels written block by block into one array
+    (one shard of blocks per thread, ``data.shards``), which also gives the
+    rows whose label changed (no second pass to find them); with all weights 1
+    (``Xw`` is then ``X`` itself, :func:`_weighted_points_numpy`) the cluster
+    weights are counts that move with those rows."""
+    B = point_factor(C, xp=xp)
+    labels, moved = _assign_numpy(data.A, B, previous, data.rows, data.shards)
+    if moved is None or previous_sums is None:
+        return (
+            labels,
+            *_cluster_sums_numpy(labels, data.Xw, data.w, xp=xp, k=C.shape[0]),
+        )
+    counts = data.Xw is data.X and labels.shape[0] <= 2**24  # exact in float32
+    sums = _moved_sums(
+        labels, previous, moved, previous_sums, Xw=data.Xw, w=data.w, counts=counts
+    )
+    return (labels, *sums)
+
+
+for _case in ({"weighted": True}, {"first": True}):  # more agreement examples
+    fast_path(
+        "kmeans.lloyd_step", "numpy", example=lambda c=_case: _lloyd_step_example(**c)
+    )(_lloyd_step_numpy)
 
 
 def _means(sums, wsum, C_old, /, *, xp):
@@ -388,7 +523,8 @@ def _iteration(data, C, labels_old, /, *, xp, sums_old=None):
     transfer: ``(labels, C_new, shift, same, sums)`` with ``shift`` the squared
     centre shift, ``same`` whether no label changed and ``sums = (sums, wsum)``
     of the new labels (``sums_old``: those of ``labels_old``)."""
-    labels, sums, wsum = _lloyd_step(data, C, labels_old, xp=xp, previous_sums=sums_old)
+    step = dispatch("kmeans.lloyd_step", xp)
+    labels, sums, wsum = step(data, C, labels_old, xp=xp, previous_sums=sums_old)
     C_new = _means(sums, wsum, C, xp=xp)
     same = (
         xp.zeros((), dtype=C.dtype, device=device(C))
@@ -408,6 +544,14 @@ def _iteration(data, C, labels_old, /, *, xp, sums_old=None):
 def _lloyd(data, C, max_iter, tol, /, *, xp):
     """Lloyd's iterations from centres ``C``; scikit-learn's stopping rules
     (labels unchanged, or squared centre shift <= tol)."""
+    with _shard_runner(xp) as shards:
+        return _lloyd_run(
+            dataclasses.replace(data, shards=shards), C, max_iter, tol, xp=xp
+        )
+
+
+def _lloyd_run(data, C, max_iter, tol, /, *, xp):
+    """:func:`_lloyd`'s iterations (``data.shards`` set for the run)."""
     labels_old = sums = None
     strict = False
     n_iter = 0
@@ -420,7 +564,9 @@ def _lloyd(data, C, max_iter, tol, /, *, xp):
         labels_old = labels
     if not strict:  # labels that match the final centres
         B = point_factor(C, xp=xp)
-        labels = _assign_factored(data.A, B, labels, data.rows, xp=xp)
+        labels = _assign_factored(
+            data.A, B, labels, data.rows, xp=xp, shards=data.shards
+        )
     inertia, n_used = to_numpy(  # the run's one read-back after the iterations
         xp.stack(
             [
