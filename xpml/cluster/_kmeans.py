@@ -196,12 +196,14 @@ def _shard_runner(xp):
     if limits is None:
         yield None
         return
-    with limits, ThreadPoolExecutor(max_workers=threads) as pool:
+    with limits, ThreadPoolExecutor(max_workers=threads - 1) as pool:
 
-        def run(fn, n):
+        def run(fn, n):  # the last shard on the calling thread: one hand-off fewer
             step = max(1, -(-n // threads))
-            bounds = range(0, n, step)
-            return list(pool.map(lambda r0: fn(r0, min(r0 + step, n)), bounds))
+            bounds = [(r0, min(r0 + step, n)) for r0 in range(0, n, step)]
+            others = [pool.submit(fn, *b) for b in bounds[:-1]]
+            last = fn(*bounds[-1])
+            return [f.result() for f in others] + [last]
 
         yield run
 
