@@ -352,7 +352,11 @@ def _complete_tree(Z, n):
 def linkage_labels(Z, n_merges):
     """Flat cluster labels after the first ``n_merges`` merges of a linkage matrix.
 
-    Labels are numbered by first appearance (point 0 is in cluster 0).
+    Labels are numbered by first appearance (point 0 is in cluster 0). Each
+    merge ``s`` makes node ``n + s`` the parent of its two children; every
+    point's cluster is its topmost ancestor, found for all points together by
+    pointer jumping (``up ← up[up]``: about log₂ of the tree's depth steps,
+    none per point or per merge).
 
     Examples
     --------
@@ -360,22 +364,22 @@ def linkage_labels(Z, n_merges):
     >>> Z = np.array([[0, 1, 1.0, 2], [2, 3, 2.0, 2], [4, 5, 9.0, 4]])
     >>> linkage_labels(Z, 2).tolist()
     [0, 0, 1, 1]
+    >>> chain = np.array([[3, 4, 1.0, 2], [2, 5, 2.0, 3], [1, 6, 3.0, 4], [0, 7, 4.0, 5]])
+    >>> linkage_labels(chain, 3).tolist(), linkage_labels(chain, 1).tolist()
+    ([0, 1, 1, 1, 1], [0, 1, 2, 3, 3])
     """
     Z = np.asarray(Z)
     n = Z.shape[0] + 1
-    parent = list(range(2 * n - 1))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for step in range(int(n_merges)):
-        a, b = int(Z[step, 0]), int(Z[step, 1])
-        parent[find(a)] = n + step
-        parent[find(b)] = n + step
-    roots = np.array([find(i) for i in range(n)])
+    m = int(n_merges)
+    up = np.arange(2 * n - 1)
+    children = Z[:m, :2].astype(np.int64)
+    up[children] = (n + np.arange(m))[:, None]
+    while True:
+        nxt = up[up]
+        if np.array_equal(nxt, up):
+            break
+        up = nxt
+    roots = up[:n]
     _, first = np.unique(roots, return_index=True)
     order = np.argsort(np.argsort(first))  # rank of each root by first appearance
     _, inverse = np.unique(roots, return_inverse=True)
