@@ -37,8 +37,10 @@ violating pair (only in ``I_up`` with ``v < M``, or only in ``I_low`` with
 ``v > m``) is removed from the active set; kernel rows, selection and the
 gradient update then cover the active set only. When the active problem is
 solved to ``10 tol`` (and again at the end) the gradient of the removed
-variables is reconstructed (:func:`_unshrink`, ``v_i = y_i − Σ_j K_ij y_j α_j``)
-and optimality re-checked on the whole set, so the answer is the unshrunk one.
+variables is brought up to date (:func:`_unshrink`: ``v`` is linear in ``α``,
+so each group removed needs the kernel columns of the variables that moved
+since, not of every support vector) and optimality re-checked on the whole
+set, so the answer is the unshrunk one.
 With ``shrinking="evicting"`` (SVC's choice for computed kernels) the checks
 start only once the row cache has evicted a row (:func:`_shrink_due`).
 
@@ -906,12 +908,17 @@ class _Problem:
 
 @dataclasses.dataclass
 class _Full:
-    """The full problem on the device, for shrinking and unshrinking;
-    ``alpha`` as it was when its removed variables were removed."""
+    """The full problem on the device, for shrinking and unshrinking:
+    ``alpha`` as it was at the last shrinking, ``v`` (full length) holding each
+    removed variable's ``v`` as it was when it was removed, and ``groups``, per
+    shrinking, the variables it removed (sorted full indices, on the device)
+    with the full ``α`` of that moment."""
 
     y: object
     C: object
     alpha: object = None
+    v: object = None
+    groups: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -1137,17 +1144,25 @@ def _shrink(prob, full, rows, *, xp):
     gone = (up & ~low & (v < M)) | (low & ~up & (v > m))
     gone_h = to_numpy(gone)
     n_act = gone_h.shape[0]
-    if gone_h.sum() < max(_SHRINK_MIN * n_act, 1):
+    n_gone = int(gone_h.sum())
+    if n_gone < max(_SHRINK_MIN * n_act, 1):
         return False
     keep = np.flatnonzero(~gone_h)
     keep_d = _first(~gone, keep.shape[0], xp=xp)
     if prob.active is None:  # the removed variables' α stay fixed until unshrunk
         full.alpha, prob.active, prob.active_d = alpha, np.arange(n_act), None
+        full.v = v
+        removed = _first(gone, n_gone, xp=xp)
     else:
+        removed = _first(gone, n_gone, xp=xp)
+        v_removed = xp.take(v, removed)
+        removed = xp.take(prob.active_d, removed)  # full indices, still sorted
         scatter = dispatch("svm.scatter", xp)
         full.alpha = scatter(
             xp.asarray(full.alpha, copy=True), prob.active_d, alpha, xp=xp
         )
+        full.v = scatter(xp.asarray(full.v, copy=True), removed, v_removed, xp=xp)
+    full.groups.append((removed, full.alpha))
     prob.active = prob.active[keep]
     prob.active_d = keep_d if prob.active_d is None else xp.take(prob.active_d, keep_d)
     rows.restrict(keep, keep_d)
@@ -1156,27 +1171,30 @@ def _shrink(prob, full, rows, *, xp):
 
 
 def _unshrink(prob, full, rows, *, xp):
-    """Reconstruct ``v`` of the removed variables, ``v_i = y_i − Σ_j K_ij y_j α_j``
-    (LIBSVM's reconstruct_gradient), and make every variable active again.
-    One download (the number of support vectors), no upload."""
-    n, na = int(full.y.shape[0]), int(prob.active.shape[0])
-    act, dev = prob.active_d, device(prob.v)
-    scatter = dispatch("svm.scatter", xp)
+    """Bring ``v`` of the removed variables up to date and make every variable
+    active again. ``v = y − K (y∘α)`` is linear in ``α``, and a removed
+    variable's ``v`` was exact when it was removed, so each shrinking's group
+    needs only the columns of the variables whose ``α`` changed since:
+    ``v_R −= K[R, S] (y∘Δα)_S`` (LIBSVM rebuilds the gradient from its
+    ``G_bar``, kept up to date for the variables at the upper bound, and the
+    free variables; here the bounded variables that have not moved since
+    cost nothing). One download per group (how many moved), no upload."""
+    act, scatter = prob.active_d, dispatch("svm.scatter", xp)
     alpha = scatter(xp.asarray(full.alpha, copy=True), act, prob.alpha, xp=xp)
-    ones = xp.ones((na,), dtype=xp.int32, device=dev)
-    in_act = scatter(xp.zeros((n,), dtype=xp.int32, device=dev), act, ones, xp=xp)
-    order = xp.argsort(in_act, stable=True)  # the removed ones, then the active
-    gone = order[: n - na]
-    is_sv = alpha > 0
-    n_sv = int(xp.sum(xp.astype(is_sv, xp.int64)))
-    sv = _first(is_sv, n_sv, xp=xp)
-    coef = xp.take(alpha * full.y, sv)
+    v = scatter(xp.asarray(full.v, copy=True), act, prob.v, xp=xp)
     rows.reset()
-    v_gone = xp.take(full.y, gone) - rows.cross(gone, sv, coef)
-    v_sorted = xp.concat([v_gone, prob.v])  # in ``order``
-    prob.v = xp.take(v_sorted, xp.argsort(order))
-    prob.alpha, prob.y, prob.C = alpha, full.y, full.C
+    for idx, alpha_then in full.groups:
+        step = (alpha - alpha_then) * full.y
+        moved = step != 0
+        n_moved = int(xp.sum(xp.astype(moved, xp.int64)))
+        if not n_moved:
+            continue
+        cols = _first(moved, n_moved, xp=xp)
+        fix = rows.cross(idx, cols, xp.take(step, cols))
+        v = scatter(v, idx, xp.take(v, idx) - fix, xp=xp)
+    prob.v, prob.alpha, prob.y, prob.C = v, alpha, full.y, full.C
     prob.active = prob.active_d = None
+    full.v, full.groups = None, []
 
 
 def _stalled(pr, value):
