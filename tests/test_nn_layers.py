@@ -104,6 +104,43 @@ def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co, input_grad):
     close(conv.grads["b"], bt.grad.numpy())
 
 
+@pytest.mark.parametrize("input_grad", ["correlate", "fold"])
+@pytest.mark.parametrize(
+    "k,s,p", [(3, 1, 1), (3, 1, 0), ((3, 2), 2, (1, 0)), (5, 1, 2)]
+)
+def test_conv2d_float32_matches_torch(monkeypatch, k, s, p, input_grad):
+    """float32 stays float32 through the NumPy block paths and matches torch's
+    float32 autograd to float32 rounding (a batch spanning several blocks)."""
+    from xpml.nn import conv as conv_module
+
+    monkeypatch.setattr(conv_module, "BLOCK_BYTES", 40_000)  # a few images a block
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(9, 11, 13, 6)).astype(np.float32)
+    conv = Conv2D(7, k, stride=s, padding=p, input_grad=input_grad, random_state=2)
+    conv.forward(X)
+    conv.params["W"] = conv.params["W"].astype(np.float32)
+    conv.params["b"] = rng.normal(size=7).astype(np.float32)
+    Z = conv.forward(X)
+    dZ = rng.normal(size=Z.shape).astype(np.float32)
+    dX = conv.backward(dZ)
+    f32 = {"dtype": torch.float32, "requires_grad": True}
+    Xt = torch.tensor(nchw(X), **f32)
+    Wt = torch.tensor(np.transpose(conv.params["W"], (3, 2, 0, 1)), **f32)
+    bt = torch.tensor(conv.params["b"], **f32)
+    Zt = F.conv2d(Xt, Wt, bt, stride=s, padding=p)
+    Zt.backward(torch.tensor(nchw(dZ)))
+    got = (Z, dX, conv.grads["W"], conv.grads["b"])
+    want = (
+        nhwc(Zt),
+        np.transpose(Xt.grad.numpy(), (0, 2, 3, 1)),
+        np.transpose(Wt.grad.numpy(), (2, 3, 1, 0)),
+        bt.grad.numpy(),
+    )
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np.float32
+        close(g, w, rtol=2e-5)
+
+
 def test_contract_is_the_einsum():
     import array_api_compat.numpy as xp
 
@@ -479,8 +516,8 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype, stride):
 def test_conv_numpy_image_blocks_equal_the_portable_paths(
     monkeypatch, one_thread, stride
 ):
-    """On NumPy the forward, dW and stride-1 dX run over blocks of images split
-    among threads: with blocks of one or two images (several per thread, a last
+    """On NumPy the forward, dW and stride-1 dX (both methods) run over blocks
+    of images split among threads: with blocks of one or two images (several per thread, a last
     short one), with and without a one-thread BLAS limit, they equal the
     portable whole-batch paths, and the inputs are left unchanged."""
     import contextlib
@@ -503,10 +540,13 @@ def test_conv_numpy_image_blocks_equal_the_portable_paths(
     with limit:
         Z = conv._conv_forward_numpy(X, W, b, stride, pad, xp=np)
         dW = conv._weight_grad_numpy(X, dZ, (3, 3), stride, pad, xp=np)
-        dX = None
+        dX = {}
         if stride == (1, 1):
             monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # one image a block
-            dX = conv._input_grad_s1_numpy(dZ, W, (6, 5), pad, xp=np, method="fold")
+            for method in ("fold", "correlate"):
+                dX[method] = conv._input_grad_s1_numpy(
+                    dZ, W, (6, 5), pad, xp=np, method=method
+                )
     np.testing.assert_allclose(
         Z,
         conv._conv_forward_portable(X, W, b, stride, pad, xp=np),
@@ -519,8 +559,8 @@ def test_conv_numpy_image_blocks_equal_the_portable_paths(
         rtol=1e-12,
         atol=1e-12,
     )
-    if dX is not None:
-        want = conv._input_grad_s1_portable(dZ, W, (6, 5), pad, xp=np)
-        np.testing.assert_allclose(dX, want, rtol=1e-12, atol=1e-12)
+    for method, got in dX.items():
+        want = conv._input_grad_s1_portable(dZ, W, (6, 5), pad, xp=np, method=method)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(X, Xc)
     np.testing.assert_array_equal(W, Wc)

@@ -167,24 +167,14 @@ def _windows_work_example():
 
 @fast_path("nn.conv_windows", "numpy", example=_windows_work_example)
 def _window_matrix_numpy(Xp, /, kernel, stride, *, xp, work=None):
-    # One strided view and one copy: for a kernel row i the k_w·C values of a
-    # window are contiguous in NHWC memory, whatever the stride.
-    (kh, kw), (sh, sw) = kernel, stride
-    Xp = np.ascontiguousarray(Xp)
-    N, Hp, Wp, C = Xp.shape
-    Ho, Wo = (Hp - kh) // sh + 1, (Wp - kw) // sw + 1
-    sN, sH, sW, sC = Xp.strides
-    V = np.lib.stride_tricks.as_strided(
-        Xp,
-        (N, Ho, Wo, kh, kw * C),
-        (sN, sh * sH, sw * sW, sH, sC),
-        writeable=False,
-    )
+    # one strided view (see _window_view) and one copy
+    V = _window_view(np.ascontiguousarray(Xp), kernel, stride)
+    N, Ho, Wo, kh, kwC = V.shape
     if work is None:
-        return np.reshape(V, (N * Ho * Wo, kh * kw * C))  # the copy
+        return np.reshape(V, (N * Ho * Wo, kh * kwC))  # the copy
     A = work.take(V.shape, Xp.dtype)
     np.copyto(A, V)  # the same copy, into the layer's buffer
-    return np.reshape(A, (N * Ho * Wo, kh * kw * C))
+    return np.reshape(A, (N * Ho * Wo, kh * kwC))
 
 
 @fast_path("nn.conv_windows", "torch", example=_windows_example)
@@ -487,29 +477,53 @@ def _map_image_groups(task, n, per_image, *, xp):
         return list(pool.map(lambda group: task(group, step), groups))
 
 
+def _window_view(Xp, kernel, stride):
+    """The windows of contiguous NHWC ``Xp`` as one read-only strided view
+    ``(N, H_out, W_out, k_h, k_w·C)``: for a kernel row the ``k_w·C`` values of
+    a window are contiguous, whatever the stride (NumPy)."""
+    (kh, kw), (sh, sw) = kernel, stride
+    N, Hp, Wp, C = Xp.shape
+    Ho, Wo = (Hp - kh) // sh + 1, (Wp - kw) // sw + 1
+    sN, sH, sW, sC = Xp.strides
+    return np.lib.stride_tricks.as_strided(
+        Xp, (N, Ho, Wo, kh, kw * C), (sN, sh * sH, sw * sW, sH, sC), writeable=False
+    )
+
+
+def _padded(X, padding):
+    """Contiguous NHWC ``X`` with ``padding`` zeros on each side (NumPy; ``X``
+    itself when it is contiguous and the padding is zero)."""
+    (ph, pw), (N, H, Wd, C) = padding, X.shape
+    if ph == pw == 0:
+        return np.ascontiguousarray(X)
+    Xp = np.zeros((N, H + 2 * ph, Wd + 2 * pw, C), dtype=X.dtype)
+    Xp[:, ph : ph + H, pw : pw + Wd, :] = X
+    return Xp
+
+
 class _BlockWindows:
-    """One thread's zero-padded image block and its window matrix (NumPy)."""
+    """One thread's buffer for the window matrix of a block of images, copied
+    from the window view of the whole padded input (NumPy)."""
 
-    def __init__(self, step, X, kernel, stride, padding, *, xp):
-        N, H, Wd, C = X.shape
-        (ph, pw), self.args = padding, (kernel, stride)
-        self.Xp = np.zeros((step, H + 2 * ph, Wd + 2 * pw, C), dtype=X.dtype)
-        self.interior = (slice(ph, ph + H), slice(pw, pw + Wd))
-        self.work, self.xp = Workspace(), xp
+    def __init__(self, step, Xp, kernel, stride):
+        self.V = _window_view(Xp, kernel, stride)
+        self.A = np.empty((step,) + self.V.shape[1:], dtype=Xp.dtype)
+        self.K = kernel[0] * self.V.shape[4]
+        self.per = self.V.shape[1] * self.V.shape[2]  # windows of one image
 
-    def fill(self, Xb):
-        """The window matrix of the images ``Xb``, in this thread's buffer."""
-        Xp = self.Xp[: Xb.shape[0]]
-        Xp[:, self.interior[0], self.interior[1], :] = Xb  # margins stay zero
-        return window_matrix(Xp, *self.args, xp=self.xp, work=self.work)[0]
+    def fill(self, i0, i1):
+        """The window matrix of images ``i0 … i1 − 1``, in this thread's buffer."""
+        A = self.A[: i1 - i0]
+        np.copyto(A, self.V[i0:i1])
+        return np.reshape(A, (-1, self.K))
 
 
-def _block_geometry(X, kernel, stride, padding):
-    """Windows per image and the bytes of one image's window matrix."""
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    N, H, Wd, C = X.shape
-    per = out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
-    return per, per * kh * kw * C * np.dtype(X.dtype).itemsize
+def _block_windows_per_image(Xp, kernel, stride):
+    """Bytes of one image's window matrix."""
+    (kh, kw), (sh, sw) = kernel, stride
+    N, Hp, Wp, C = Xp.shape
+    rows = ((Hp - kh) // sh + 1) * ((Wp - kw) // sw + 1)
+    return rows * kh * kw * C * Xp.dtype.itemsize
 
 
 def _forward_example():
@@ -529,28 +543,28 @@ def _conv_forward_portable(X, W, b, /, stride, padding, *, xp):
 
 @fast_path("nn.conv_forward", "numpy", example=_forward_example)
 def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
-    per, per_bytes = _block_geometry(X, W.shape[:2], stride, padding)
-    Co = W.shape[3]
+    Xp, kernel, Co = _padded(X, padding), W.shape[:2], W.shape[3]
     Wm = np.reshape(W, (-1, Co))
+    _, Ho, Wo, _, _ = _window_view(Xp, kernel, stride).shape
+    per = Ho * Wo
     Z = np.empty((X.shape[0] * per, Co), dtype=np.result_type(X, W))
     in_place = b is not None and b.dtype == Z.dtype
     if in_place:
-        Wo = per // out_size(X.shape[1], W.shape[0], stride[0], padding[0])
         b_row = np.reshape(np.broadcast_to(b, (Wo, Co)), (-1,))
 
     def task(blocks, step):
-        windows = _BlockWindows(step, X, W.shape[:2], stride, padding, xp=xp)
+        windows = _BlockWindows(step, Xp, kernel, stride)
         for i0, i1 in blocks:
-            Zb = np.matmul(windows.fill(X[i0:i1]), Wm, out=Z[i0 * per : i1 * per])
+            Zb = np.matmul(windows.fill(i0, i1), Wm, out=Z[i0 * per : i1 * per])
             if in_place:  # along rows of W_out·C_out (long runs), in cache
                 Zb = np.reshape(Zb, (-1, b_row.shape[0]))
                 Zb += b_row
 
-    _map_image_groups(task, X.shape[0], per_bytes, xp=xp)
+    per_image = _block_windows_per_image(Xp, kernel, stride)
+    _map_image_groups(task, X.shape[0], per_image, xp=xp)
     if b is not None and not in_place:
         Z = Z + b
-    Ho = out_size(X.shape[1], W.shape[0], stride[0], padding[0])
-    return np.reshape(Z, (X.shape[0], Ho, per // Ho, Co))
+    return np.reshape(Z, (X.shape[0], Ho, Wo, Co))
 
 
 def conv_forward(X, W, b=None, /, *, stride=(1, 1), padding=(0, 0), xp):
@@ -576,20 +590,20 @@ def _weight_grad_portable(X, dZ, /, kernel, stride, padding, *, xp):
 
 @fast_path("nn.conv_weight_grad", "numpy", example=_weight_grad_example)
 def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
-    Co = dZ.shape[3]
-    W_shape = (kernel[0], kernel[1], X.shape[3], Co)
-    per, per_bytes = _block_geometry(X, kernel, stride, padding)
+    Xp, Co = _padded(X, padding), dZ.shape[3]
+    per = dZ.shape[1] * dZ.shape[2]
     dZm = np.reshape(dZ, (-1, Co))
 
     def task(blocks, step):
-        windows = _BlockWindows(step, X, kernel, stride, padding, xp=xp)
+        windows = _BlockWindows(step, Xp, kernel, stride)
         dW = 0
         for i0, i1 in blocks:
-            dW = dW + windows.fill(X[i0:i1]).T @ dZm[i0 * per : i1 * per]
+            dW = dW + windows.fill(i0, i1).T @ dZm[i0 * per : i1 * per]
         return dW
 
-    parts = _map_image_groups(task, X.shape[0], per_bytes, xp=xp)
-    return np.reshape(sum(parts[1:], parts[0]), W_shape)
+    per_image = _block_windows_per_image(Xp, kernel, stride)
+    parts = _map_image_groups(task, X.shape[0], per_image, xp=xp)
+    return np.reshape(sum(parts[1:], parts[0]), (*kernel, X.shape[3], Co))
 
 
 def conv_weight_grad(X, dZ, /, kernel, *, stride=(1, 1), padding=(0, 0), xp):
@@ -598,25 +612,24 @@ def conv_weight_grad(X, dZ, /, kernel, *, stride=(1, 1), padding=(0, 0), xp):
     return dispatch("nn.conv_weight_grad", xp)(X, dZ, kernel, stride, padding, xp=xp)
 
 
-# ------------------------------------------- stride 1: dX by shifted products
-# With stride 1 every kernel offset (i, j) moves a whole image by i·W_g + j rows
-# of its flattened (N·H_g·W_g, C) grid, so a shifted window is a contiguous range
-# of grid rows. On NumPy one product ``W dZ_gridᵀ`` (k_h·k_w·C_in, rows) gives
-# every offset's term channels-first, and "fold" adds each term onto the padded
-# input's grid shifted by its offset, "correlate" (with the rotated kernel, on
-# the padded dZ's grid) adds the shifted terms onto dX's grid: k_h·k_w adds of
-# C_in long contiguous runs instead of short strided ones.
-def _stride1_geometry(kernel, input_hw, padding, method):
-    """The grid ``(H_g, W_g)``, where ``dZ`` sits in it, where ``dX`` is read
-    from it, and the flat row offset of each kernel offset."""
+# ------------------------------------------- stride 1: dX on NumPy, by blocks
+# "fold": with stride 1 every kernel offset (i, j) moves a whole image by
+# i·W_g + j rows of its flattened (N·H_g·W_g, C) padded grid, so a shifted window
+# is a contiguous range of grid rows. One product ``W dZ_gridᵀ`` (k_h·k_w·C_in,
+# rows) gives every offset's term channels-first, and each term is added onto
+# the grid shifted by its offset: k_h·k_w adds of C_in long contiguous runs
+# instead of short strided ones.
+# "correlate": the rotated-kernel correlation as a stride-1 convolution of the
+# padded dZ, whose windows are copied a block of images at a time (in cache)
+# from one strided view and multiplied straight into NHWC dX, as the forward.
+def _fold_geometry_s1(kernel, input_hw, padding):
+    """The padded input's grid ``(H_g, W_g)`` (``dZ`` at its origin), where
+    ``dX`` is read from it, and the flat row offset of each kernel offset."""
     kh, kw = kernel
     (H, Wd), (ph, pw) = input_hw, padding
-    if method == "fold":  # the padded input's grid; dZ at its origin
-        grid, at, crop = (H + 2 * ph, Wd + 2 * pw), (0, 0), (ph, pw)
-    else:  # dZ padded by k − 1 − pad; dX at the grid's origin
-        grid, at, crop = (H + kh - 1, Wd + kw - 1), (kh - 1 - ph, kw - 1 - pw), (0, 0)
+    grid, crop = (H + 2 * ph, Wd + 2 * pw), (ph, pw)
     offsets = [i * grid[1] + j for i in range(kh) for j in range(kw)]
-    return grid, at, crop, offsets
+    return grid, crop, offsets
 
 
 def _stride1_example():
@@ -639,58 +652,37 @@ def _input_grad_s1_portable(
     return general(dZ, W, input_hw, (1, 1), padding, xp=xp, work=work)
 
 
-def _embed(G, dZ, grid, at):
-    """Place ``dZ`` at ``at`` in the grid ``G``, whose margins are zero."""
-    N, Ho, Wo, _ = dZ.shape
-    G = G.reshape(N, grid[0], grid[1], -1)
-    t, l = at
-    G[:, t : t + Ho, l : l + Wo, :] = dZ
-
-
 def _grid_block(dZ, Wm, bufs, geometry, out):
-    """``dX`` of one block of images, written channels-first into ``out``
-    ``(C_in, n, H, W)``; ``bufs`` are the thread's flat grid, product and
-    result buffers (the grid's margins zero)."""
-    grid, at, crop, offsets, method = geometry
-    n, Co = dZ.shape[0], dZ.shape[3]
+    """``dX`` of one block of images by "fold", written channels-first into
+    ``out`` ``(C_in, n, H, W)``; ``bufs`` are the thread's flat grid, product
+    and result buffers (the grid's margins zero)."""
+    grid, crop, offsets = geometry
+    n, Ho, Wo, Co = dZ.shape
     Ci, K, taps = out.shape[0], Wm.shape[0], len(offsets)
     rows = n * grid[0] * grid[1]
     L = rows - offsets[-1]
     G = bufs[0][: rows * Co].reshape(rows, Co)
-    cols = bufs[1][: K * rows].reshape(K, rows)
+    cols = bufs[1][: K * L].reshape(K, L)
     dXt = bufs[2][: Ci * rows].reshape(Ci, rows)  # channels-first grid of dX
-    _embed(G, dZ, grid, at)
-    if method == "fold":  # scatter dZ's rows, shifted on the output side
-        cols = np.reshape(np.matmul(Wm, G[:L].T, out=cols[:, :L]), (taps, Ci, L))
-        dXt[:, :L], dXt[:, L:] = cols[0], 0
-        for k, o in enumerate(offsets[1:], start=1):
-            np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
-    else:  # gather the rotated kernel's terms, shifted on the input side
-        cols = np.reshape(np.matmul(Wm, G.T, out=cols), (taps, Ci, rows))
-        dXt[:, :L], dXt[:, L:] = cols[0, :, :L], 0  # rows past L are cropped
-        for k, o in enumerate(offsets[1:], start=1):
-            np.add(dXt[:, :L], cols[k, :, o : o + L], out=dXt[:, :L])
+    G.reshape(n, grid[0], grid[1], Co)[:, :Ho, :Wo, :] = dZ  # margins stay zero
+    cols = np.reshape(np.matmul(Wm, G[:L].T, out=cols), (taps, Ci, L))
+    dXt[:, :L], dXt[:, L:] = cols[0], 0
+    for k, o in enumerate(offsets[1:], start=1):
+        np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
     H, Wd = out.shape[2:]
     dXt = np.reshape(dXt, (Ci, n) + tuple(grid))
     out[...] = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
 
 
-@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_example)
-@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_correlate_example)
-def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
+def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp):
     # a block of images at a time (their grids and products stay in cache), the
     # blocks split among threads (see _map_image_groups)
-    grid, at, crop, offsets = _stride1_geometry(W.shape[:2], input_hw, padding, method)
-    if min(at) < 0:  # a crop of dZ rather than a pad: the general path
-        return _input_grad_s1_portable(
-            dZ, W, input_hw, padding, xp=xp, method=method, work=work
-        )
+    geometry = _fold_geometry_s1(W.shape[:2], input_hw, padding)
     kh, kw, Ci, Co = W.shape
     N, (H, Wd), dtype = dZ.shape[0], input_hw, np.result_type(dZ, W)
-    Wm = np.reshape(W if method == "fold" else np.flip(W, axis=(0, 1)), (-1, Co))
-    cells = grid[0] * grid[1]
+    Wm = np.reshape(W, (-1, Co))
+    cells = geometry[0][0] * geometry[0][1]
     dXt = np.empty((Ci, N, H, Wd), dtype=dtype)
-    geometry = (grid, at, crop, offsets, method)
 
     def task(blocks, step):
         size = step * cells
@@ -705,6 +697,39 @@ def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work
     per_image = cells * (Co + Wm.shape[0] + Ci) * np.dtype(dtype).itemsize
     _map_image_groups(task, N, per_image, xp=xp)
     return np.transpose(dXt, (1, 2, 3, 0))  # NHWC view
+
+
+def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
+    kh, kw, Ci, Co = W.shape
+    (N, Ho, Wo, _), (H, Wd), (ph, pw) = dZ.shape, input_hw, padding
+    top, left = kh - 1 - ph, kw - 1 - pw  # dZ padded by k − 1 − pad
+    dZp = np.zeros((N, H + kh - 1, Wd + kw - 1, Co), dtype=dZ.dtype)
+    dZp[:, top : top + Ho, left : left + Wo, :] = dZ
+    W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
+    dX = np.empty((N * H * Wd, Ci), dtype=np.result_type(dZ, W))
+    per = H * Wd
+
+    def task(blocks, step):
+        windows = _BlockWindows(step, dZp, (kh, kw), (1, 1))
+        for i0, i1 in blocks:
+            np.matmul(windows.fill(i0, i1), W_rot, out=dX[i0 * per : i1 * per])
+
+    per_image = _block_windows_per_image(dZp, (kh, kw), (1, 1))
+    _map_image_groups(task, N, per_image, xp=xp)
+    return np.reshape(dX, (N, H, Wd, Ci))
+
+
+@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_example)
+@fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_correlate_example)
+def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
+    if method == "fold":
+        return _fold_s1_numpy(dZ, W, input_hw, padding, xp=xp)
+    if min(W.shape[0] - 1 - padding[0], W.shape[1] - 1 - padding[1]) < 0:
+        # a crop of dZ rather than a pad: the general path
+        return _input_grad_s1_portable(
+            dZ, W, input_hw, padding, xp=xp, method=method, work=work
+        )
+    return _correlate_s1_numpy(dZ, W, input_hw, padding, xp=xp)
 
 
 def input_grad_stride1(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
@@ -830,15 +855,15 @@ class Conv2D(Layer):
         H, W, _ = input_shape
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
-    def _workspace(self, X):
+    def _workspace(self, Xp):
         """The layer's scratch buffer (see :class:`Workspace`) for ``dX`` with a
         stride past 1, reserved for ``W dZᵀ`` ("fold") or the padded ``dZ``'s
         windows of as many images as the forward's window matrix holds
         ("correlate"); stride-1 ``dX`` and the forward's windows work in image
         blocks on NumPy and do not use it."""
-        (kh, kw), (sh, sw), (ph, pw) = self._geometry()
-        N, H, Wd, Ci = X.shape
-        rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
+        (kh, kw), (sh, sw), _ = self._geometry()
+        N, Hp, Wp, Ci = Xp.shape  # the padded input
+        rows = N * out_size(Hp, kh, sh, 0) * out_size(Wp, kw, sw, 0)
         work = getattr(self, "_cache_work", None) or Workspace()
         work.reserve = rows * kh * kw * max(Ci, self.out_channels)
         self._cache_work = work
@@ -850,19 +875,21 @@ class Conv2D(Layer):
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
         W, b = self.params["W"], self.params["b"]
-        Z = conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
-        self._cache = (tuple(X.shape[1:3]), X)  # dW rebuilds the windows
+        (ph, pw), unpadded = padding, (0, 0)
+        Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)  # once, for dW too
+        Z = conv_forward(Xp, W, b, stride=stride, padding=unpadded, xp=xp)
+        self._cache = (tuple(X.shape[1:3]), Xp)  # dW rebuilds the windows
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        input_hw, X = self._cache
+        input_hw, Xp = self._cache
         _, stride, padding = self._geometry()
         W = self.params["W"]
-        where = {"stride": stride, "padding": padding, "xp": xp}
-        self.grads["W"] = conv_weight_grad(X, dZ, W.shape[:2], **where)
+        where = {"stride": stride, "padding": (0, 0), "xp": xp}
+        self.grads["W"] = conv_weight_grad(Xp, dZ, W.shape[:2], **where)
         self.grads["b"] = bias_grad(dZ, xp=xp)
-        work = self._workspace(X)
+        work = self._workspace(Xp)
         grad = INPUT_GRAD[self._input_grad()]
         return grad(dZ, W, input_hw, stride, padding, xp=xp, work=work)
 
