@@ -504,11 +504,14 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype, stride):
             dX = layer.backward(G)
             got = (dX, layer.grads["W"], layer.grads["b"])
             assert str(xp.to_numpy(dX).dtype) == dt
+            # "correlate": dX from image groups' products, and at stride 1 dW
+            # from the padded dZ's windows (Xᵀ B): BLAS may round them otherwise
+            rounded = (dX, got[1]) if input_grad == "correlate" else ()
             for g, w in zip((Z, *got), (Z0, *want), strict=True):
-                if input_grad == "fold" or g is not dX:
-                    np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))
-                else:  # products of image groups: BLAS may round them otherwise
+                if any(g is r for r in rounded):
                     close(xp.to_numpy(g), xp.to_numpy(w), rtol=rtol)
+                else:
+                    np.testing.assert_array_equal(xp.to_numpy(g), xp.to_numpy(w))
 
 
 @pytest.mark.parametrize("one_thread", [False, True])
@@ -516,8 +519,8 @@ def test_conv_workspace_equals_fresh_buffers(xp, input_grad, dtype, stride):
 def test_conv_numpy_image_blocks_equal_the_portable_paths(
     monkeypatch, one_thread, stride
 ):
-    """On NumPy the forward, dW and stride-1 dX (both methods) run over blocks
-    of images split among threads: with blocks of one or two images (several per thread, a last
+    """On NumPy the forward, dW, stride-1 dX (both methods) and the fused
+    stride-1 backward run over blocks of images split among threads: with blocks of one or two images (several per thread, a last
     short one), with and without a one-thread BLAS limit, they equal the
     portable whole-batch paths, and the inputs are left unchanged."""
     import contextlib
@@ -547,6 +550,11 @@ def test_conv_numpy_image_blocks_equal_the_portable_paths(
                 dX[method] = conv._input_grad_s1_numpy(
                     dZ, W, (6, 5), pad, xp=np, method=method
                 )
+            fused = conv._backward_s1_numpy(X, dZ, W, pad, xp=np)  # (dX, dW)
+            for got, want in zip(
+                fused, conv._backward_s1_portable(X, dZ, W, pad, xp=np), strict=True
+            ):
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(
         Z,
         conv._conv_forward_portable(X, W, b, stride, pad, xp=np),

@@ -60,6 +60,7 @@ __all__ = [
     "conv_weight_grad",
     "bias_grad",
     "input_grad_stride1",
+    "conv_backward_s1",
     "Workspace",
 ]
 
@@ -734,12 +735,66 @@ def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work
 
 def input_grad_stride1(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
     """``dX`` of a stride-1 convolution by ``method`` ("fold" or "correlate"): on
-    NumPy by shifted adds over the flattened grid (see above), elsewhere through
-    the window matrix. With ``work`` the padded ``dZ`` and the product are built
-    in its buffer."""
+    NumPy by blocks (see above), elsewhere through the window matrix (with
+    ``work``, in its buffer)."""
     return dispatch("nn.conv_input_grad_s1", xp)(
         dZ, W, input_hw, padding, xp=xp, method=method, work=work
     )
+
+
+# ------------------------- stride 1, "correlate": dX and dW from one window copy
+# The padded dZ's windows B (rows (n, y, x) of the input, columns (i', j', o))
+# give dX = B W_rot, and also dW: with i' = k_h − 1 − i,
+# ``dW[i, j, c, o] = Σ_{n,y,x} X[n, y, x, c] B[(n, y, x), (i', j', o)]``, i.e.
+# ``Xᵀ B`` read back flipped. On NumPy both products run on each block's B
+# while it is in cache, so the backward copies one window matrix, not two.
+def _backward_s1_example():
+    rng = np.random.default_rng(2)
+    X, dZ = rng.standard_normal((3, 6, 5, 2)), rng.standard_normal((3, 6, 4, 4))
+    return (X, dZ, rng.standard_normal((3, 4, 2, 4)), (1, 1)), {"xp": None}
+
+
+@portable("nn.conv_backward_s1")
+def _backward_s1_portable(X, dZ, W, /, padding, *, xp):
+    stride, kernel = (1, 1), W.shape[:2]
+    dW = conv_weight_grad(X, dZ, kernel, stride=stride, padding=padding, xp=xp)
+    dX = input_grad_correlate(dZ, W, X.shape[1:3], stride, padding, xp=xp)
+    return dX, dW
+
+
+@fast_path("nn.conv_backward_s1", "numpy", example=_backward_s1_example)
+def _backward_s1_numpy(X, dZ, W, /, padding, *, xp):
+    kh, kw, Ci, Co = W.shape
+    crop = min(kh - 1 - padding[0], kw - 1 - padding[1]) < 0
+    if crop or np.result_type(X, dZ, W) != X.dtype:  # the separate paths
+        return _backward_s1_portable(X, dZ, W, padding, xp=xp)
+    N, H, Wd, _ = X.shape
+    dZp = _padded(dZ, (kh - 1 - padding[0], kw - 1 - padding[1]))
+    W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
+    Xm = np.reshape(np.ascontiguousarray(X), (-1, Ci))
+    dX, per = np.empty_like(Xm), H * Wd
+
+    def task(blocks, step):
+        windows = _BlockWindows(step, dZp, (kh, kw), (1, 1))
+        dW_rot = 0
+        for i0, i1 in blocks:
+            B = windows.fill(i0, i1)
+            np.matmul(B, W_rot, out=dX[i0 * per : i1 * per])
+            dW_rot = dW_rot + Xm[i0 * per : i1 * per].T @ B  # (C_in, k_h·k_w·C_out)
+        return dW_rot
+
+    per_image = _block_windows_per_image(dZp, (kh, kw), (1, 1))
+    parts = _map_image_groups(task, N, per_image, xp=xp)
+    dW_rot = np.reshape(sum(parts[1:], parts[0]), (Ci, kh, kw, Co))
+    dW = np.transpose(np.flip(dW_rot, axis=(1, 2)), (1, 2, 0, 3))
+    return np.reshape(dX, X.shape), np.ascontiguousarray(dW)
+
+
+def conv_backward_s1(X, dZ, W, /, padding, *, xp):
+    """``(dX, dW)`` of a stride-1 convolution of ``X``, ``dX`` by "correlate": on
+    NumPy both from each block's windows of the padded ``dZ`` (see above),
+    elsewhere by :func:`conv_weight_grad` and :func:`input_grad_correlate`."""
+    return dispatch("nn.conv_backward_s1", xp)(X, dZ, W, padding, xp=xp)
 
 
 # -------------------------------------------------------------------- layers
@@ -878,20 +933,23 @@ class Conv2D(Layer):
         (ph, pw), unpadded = padding, (0, 0)
         Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)  # once, for dW too
         Z = conv_forward(Xp, W, b, stride=stride, padding=unpadded, xp=xp)
-        self._cache = (tuple(X.shape[1:3]), Xp)  # dW rebuilds the windows
+        self._cache = (X, Xp)  # dW rebuilds the windows
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        input_hw, Xp = self._cache
+        X, Xp = self._cache
         _, stride, padding = self._geometry()
         W = self.params["W"]
+        self.grads["b"] = bias_grad(dZ, xp=xp)
+        method = self._input_grad()
+        if method == "correlate" and tuple(stride) == (1, 1):
+            dX, self.grads["W"] = conv_backward_s1(X, dZ, W, padding, xp=xp)
+            return dX
         where = {"stride": stride, "padding": (0, 0), "xp": xp}
         self.grads["W"] = conv_weight_grad(Xp, dZ, W.shape[:2], **where)
-        self.grads["b"] = bias_grad(dZ, xp=xp)
-        work = self._workspace(Xp)
-        grad = INPUT_GRAD[self._input_grad()]
-        return grad(dZ, W, input_hw, stride, padding, xp=xp, work=work)
+        grad, work = INPUT_GRAD[method], self._workspace(Xp)
+        return grad(dZ, W, tuple(X.shape[1:3]), stride, padding, xp=xp, work=work)
 
 
 class _Pool2D(Layer):
