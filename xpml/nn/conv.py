@@ -653,44 +653,55 @@ def _input_grad_s1_portable(
     return general(dZ, W, input_hw, (1, 1), padding, xp=xp, work=work)
 
 
+def _shifted_terms(cols, kernel, grid_w, rows):
+    """The view ``S (k_h, k_w, C_in, rows)`` with ``S[i, j, c, p]`` the term of
+    offset ``(i, j)`` that lands on grid row ``p``: ``cols[(i, j, c), p − o_ij]``
+    with ``o_ij = i·W_g + j``, for a ``cols`` whose rows start after ``max o``
+    zeros (and end in zeros). Offsets are linear in ``(i, j)``, so this is one
+    strided view and the fold is its sum over ``(i, j)``."""
+    (kh, kw), Lc = kernel, cols.shape[1]
+    Ci, item = cols.shape[0] // (kh * kw), cols.itemsize
+    o_max = (kh - 1) * grid_w + kw - 1
+    strides = ((kw * Ci * Lc - grid_w) * item, (Ci * Lc - 1) * item, Lc * item, item)
+    return np.lib.stride_tricks.as_strided(
+        cols[:, o_max:], (kh, kw, Ci, rows), strides, writeable=False
+    )
+
+
 def _grid_block(dZ, Wm, bufs, geometry, out):
     """``dX`` of one block of images by "fold", written channels-first into
-    ``out`` ``(C_in, n, H, W)``; ``bufs`` are the thread's flat grid, product
-    and result buffers (the grid's margins zero)."""
-    grid, crop, offsets = geometry
+    ``out`` ``(C_in, n, H, W)``; ``bufs`` are the thread's flat grid and
+    product buffers (zero where nothing is written)."""
+    grid, crop, kernel = geometry
     n, Ho, Wo, Co = dZ.shape
-    Ci, K, taps = out.shape[0], Wm.shape[0], len(offsets)
-    rows = n * grid[0] * grid[1]
-    L = rows - offsets[-1]
+    rows, o_max = n * grid[0] * grid[1], (kernel[0] - 1) * grid[1] + kernel[1] - 1
+    L = rows - o_max  # grid rows that hold a term of every offset
     G = bufs[0][: rows * Co].reshape(rows, Co)
-    cols = bufs[1][: K * L].reshape(K, L)
-    dXt = bufs[2][: Ci * rows].reshape(Ci, rows)  # channels-first grid of dX
+    cols = bufs[1]  # (k_h·k_w·C_in, o_max + step·cells): zero margins
     G.reshape(n, grid[0], grid[1], Co)[:, :Ho, :Wo, :] = dZ  # margins stay zero
-    cols = np.reshape(np.matmul(Wm, G[:L].T, out=cols), (taps, Ci, L))
-    dXt[:, :L], dXt[:, L:] = cols[0], 0
-    for k, o in enumerate(offsets[1:], start=1):
-        np.add(dXt[:, o : o + L], cols[k], out=dXt[:, o : o + L])
+    np.matmul(Wm, G[:L].T, out=cols[:, o_max : o_max + L])
+    cols[:, o_max + L :] = 0  # past a short block's rows
+    dXt = np.sum(_shifted_terms(cols, kernel, grid[1], rows), axis=(0, 1))
     H, Wd = out.shape[2:]
-    dXt = np.reshape(dXt, (Ci, n) + tuple(grid))
+    dXt = np.reshape(dXt, (-1, n) + tuple(grid))
     out[...] = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
 
 
 def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp):
     # a block of images at a time (their grids and products stay in cache), the
     # blocks split among threads (see _map_image_groups)
-    geometry = _fold_geometry_s1(W.shape[:2], input_hw, padding)
+    grid, crop, offsets = _fold_geometry_s1(W.shape[:2], input_hw, padding)
     kh, kw, Ci, Co = W.shape
     N, (H, Wd), dtype = dZ.shape[0], input_hw, np.result_type(dZ, W)
     Wm = np.reshape(W, (-1, Co))
-    cells = geometry[0][0] * geometry[0][1]
+    cells = grid[0] * grid[1]
     dXt = np.empty((Ci, N, H, Wd), dtype=dtype)
+    geometry = (grid, crop, (kh, kw))
 
     def task(blocks, step):
-        size = step * cells
         bufs = (
-            np.zeros(size * Co, dtype=dtype),
-            np.empty(size * Wm.shape[0], dtype=dtype),
-            np.empty(size * Ci, dtype=dtype),
+            np.zeros(step * cells * Co, dtype=dtype),
+            np.zeros((Wm.shape[0], offsets[-1] + step * cells), dtype=dtype),
         )
         for i0, i1 in blocks:
             _grid_block(dZ[i0:i1], Wm, bufs, geometry, dXt[:, i0:i1])
