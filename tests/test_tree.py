@@ -1185,7 +1185,7 @@ def test_random_splitter_with_missing_values_routes_them_by_the_flag(xp):
 
 def test_missing_value_routing_fast_path_agrees_with_portable():
     """The NumPy routing fast path and the portable walk send NaN alike."""
-    from xpml.tree._grow import _route, _route_numpy, routing_table
+    from xpml.tree._route import _route, _route_numpy, routing_table
 
     X, yc, _ = _missing_data(7, n=300, frac=0.3)
     t = DecisionTreeClassifier(max_depth=12).fit(X, yc)._host_tree()
@@ -1293,3 +1293,32 @@ def test_tree_fitted_before_missing_values_still_predicts_and_shows_tree_():
     np.testing.assert_array_equal(old.predict(X), expected)
     assert not np.asarray(old.tree_.missing_go_to_left).any()
     assert old.tree_.node_count == old.node_count_
+
+
+def test_split_search_fast_paths_are_bit_for_bit():
+    """The NumPy split-search fast paths (Gini scores in reused buffers, the
+    in-place masking and argmax) return the portable twins' values exactly,
+    ties and weightless positions included, so trees do not depend on them."""
+    import xpml.tree._grow as G
+
+    rng = np.random.default_rng(3)
+    for K in (2, 3, 5):
+        y = rng.integers(0, K, (4, 3, 50))
+        w = rng.uniform(0.1, 3.0, (4, 3, 50))
+        w[..., :2] = 0.0  # weightless first entries: W_L = 0 there
+        w[..., -5:] = 0.0  # padding
+        cum = np.cumsum(np.stack([w * (y == k) for k in range(K - 1)]), axis=-1)
+        wl = np.cumsum(w, axis=-1)
+        wr = wl[..., -1:] - wl
+        kw = dict(n_classes=K, gini=True, missing=False, xp=np)
+        fast = G._class_scores_numpy(cum, wl, wr, **kw)
+        slow = G._class_scores_portable(cum, wl, wr, **kw)
+        np.testing.assert_array_equal(fast, slow)
+        keys = np.sort(np.round(rng.random((4, 3, 50)), 1), axis=-1)
+        lens = np.array([50, 45, 3, 1])
+        score = np.round(fast, 1)  # many ties
+        pick = dict(msl=2, gap=G.FEATURE_THRESHOLD, xp=np)
+        want = G._best_position_portable(score.copy(), keys, lens, **pick)
+        got = G._best_position_numpy(score.copy(), keys, lens, **pick)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

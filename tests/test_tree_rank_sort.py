@@ -18,11 +18,11 @@ def test_rank_tables_match_unique(xp):
     X[:, 3] = 2.5  # a constant feature
     flat = np.concatenate([X.reshape(-1), np.full(d, np.inf)])  # the sentinel row
     R, XS = _rank_tables(xp.asarray(flat), d, xp=xp.xp)
-    R = xp.to_numpy(R).reshape(n + 1, d)
+    R = xp.to_numpy(R).reshape(d, n + 1)  # feature after feature
     XS = xp.to_numpy(XS).reshape(d, n + 1)
     for f in range(d):
         u, inv = np.unique(flat.reshape(n + 1, d)[:, f], return_inverse=True)
-        np.testing.assert_array_equal(R[:, f], inv)  # dense, order-preserving
+        np.testing.assert_array_equal(R[f], inv)  # dense, order-preserving
         np.testing.assert_array_equal(XS[f, : len(u)], u)  # each rank's value
         assert np.all(np.isposinf(XS[f, len(u) :]))  # past the last rank
 

@@ -47,6 +47,9 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.tree._median import invert_rows, median_of, range_abs_errors, rank_rows
+
+# the routing walk lives in _route; re-exported while _stack imports it from here
+from xpml.tree._route import RoutingTable, route, routing_table  # noqa: F401
 from xpml.utils._array_api import (
     device,
     dispatch,
@@ -60,10 +63,7 @@ from xpml.utils._array_api import memory_budget as _memory_budget
 
 __all__ = [
     "GrowParams",
-    "RoutingTable",
     "grow",
-    "route",
-    "routing_table",
     "segment_sum",
 ]
 
@@ -388,8 +388,10 @@ def _start(X, y, params, rngs, budget, *, xp):
 
 def _rank_tables(Xflat, d, *, xp):
     """Each entry's dense rank within its feature (equal values share one),
-    laid out as ``Xflat`` (int32), and the value of every rank, feature after
-    feature: ``XS[f·(n+1) + r]`` (+inf past the feature's last rank). Sorting
+    feature after feature: ``R[f·(n+1) + i]`` of sample ``i`` (int32; a node's
+    gathers along one feature then stay in one short row), and the value of
+    every rank, laid out alike: ``XS[f·(n+1) + r]`` (+inf past the feature's
+    last rank). Sorting
     a node's entries along a feature then sorts small integer keys
     ``rank·2^s + position`` (stable, and much cheaper than an argsort of
     floats); values come back from ``XS``."""
@@ -404,8 +406,7 @@ def _rank_tables(Xflat, d, *, xp):
     first = xp.ones((d, 1), dtype=xp.bool, device=dev)
     new = xp.concat([first, sv[:, 1:] != sv[:, :-1]], axis=-1)
     dense = xp.cumulative_sum(xp.astype(new, xp.int32), axis=-1, dtype=xp.int32) - 1
-    RT = xp.take_along_axis(dense, invert_rows(order, xp=xp), axis=-1)
-    R = xp.reshape(xp.permute_dims(RT, (1, 0)), (-1,))
+    R = xp.reshape(xp.take_along_axis(dense, invert_rows(order, xp=xp), axis=-1), (-1,))
     # where each rank's run starts in the sorted row, in rank order (``nr``
     # past the last rank, clipped to the sentinel's +inf)
     pos = xp.arange(nr, dtype=xp.int64, device=dev)
@@ -629,8 +630,8 @@ def _block_round(g, level, blk, F, U):
     score, feat, p, thr = res[:4]
     if g.missing:
         rs, rw, cols = _children_stats(g, ent, feat, p, *res[4:])
-    else:  # the chosen feature's order, from the search
-        rs, rw, cols = _children_stats(g, ent, feat, p, order=res[4])
+    else:  # the chosen feature's order (and its class sums), from the search
+        rs, rw, cols = _children_stats(g, ent, feat, p, order=res[4], sums=res[5])
     dtype = g.Xflat.dtype
     head = xp.stack([score, xp.astype(feat, dtype), xp.astype(p, dtype), thr], axis=1)
     if g.missing:  # where missing values go: the last column before ``extra``
@@ -674,7 +675,7 @@ def _gather_features(g, ent, F):
     xp = g.xp
     nb, L = ent.sids.shape
     m = int(F.shape[1])
-    idx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, m, 1))
+    idx = xp.reshape(ent.sids, (nb, 1, L)) + xp.reshape(F * g.n_ranks, (nb, m, 1))
     ranks = xp.take(g.Rflat, xp.reshape(idx, (-1,)))
     r3 = xp.reshape(ranks, (nb, m, L))
     none = xp.full((), -1, dtype=ranks.dtype, device=device(ranks))
@@ -762,7 +763,9 @@ def _best_split(g, ent, F, vals, chunk):
         else:
             better = res[0] > best[0]
             best = tuple(
-                xp.where(xp.reshape(better, (-1,) + (1,) * (r.ndim - 1)), r, b)
+                None
+                if r is None
+                else xp.where(xp.reshape(better, (-1,) + (1,) * (r.ndim - 1)), r, b)
                 for r, b in zip(res, best)
             )
     return best
@@ -795,13 +798,14 @@ def _channels(g, ent):
 def _sorted_columns(g, ent, F, ranks):
     """Values of features ``F`` (nb, f), each row sorted by value (nb, f, L),
     the block's channels (:func:`_channels`) in the same order (C, nb, f, L)
-    and that order (nb, f, L): positions in the node's row. ``ranks`` (nb·f·L,), when given, holds the features' ranks
-    at the entries (:func:`_rank_tables`)."""
+    and that order (nb, f, L): positions in the node's row. ``ranks``
+    (nb·f·L,), when given, holds the features' ranks at the entries
+    (:func:`_rank_tables`)."""
     xp = g.xp
     nb, L = ent.sids.shape
     f = int(F.shape[1])
     if ranks is None:
-        gidx = xp.reshape(ent.sids, (nb, 1, L)) * g.d + xp.reshape(F, (nb, f, 1))
+        gidx = xp.reshape(ent.sids, (nb, 1, L)) + xp.reshape(F * g.n_ranks, (nb, f, 1))
         ranks = xp.take(g.Rflat, xp.reshape(gidx, (-1,)))
     perm, rk = _sort_by_rank(g, xp.reshape(ranks, (nb, f, L)), L)
     at = rk + xp.reshape(F * g.n_ranks, (nb, f, 1))
@@ -814,30 +818,81 @@ def _class_scores(g, cum, wlr):
     """Gini / entropy proxy at every position (maximised): Σ_k c_Lk²/W_L +
     Σ_k c_Rk²/W_R, or Σ c log c − W log W over both children; ``cum`` holds
     the cumulative class weights ``c_Lk`` of every class but the last."""
-    xp, params = g.xp, g.params
-    wl, wr = wlr
+    params = g.params
+    score = dispatch("tree.class_scores", g.xp)
+    return score(
+        cum,
+        *wlr,
+        n_classes=params.n_classes,
+        gini=params.criterion == "gini",
+        missing=g.missing,
+        xp=g.xp,
+    )
+
+
+@portable("tree.class_scores")
+def _class_scores_portable(cum, wl, wr, /, *, n_classes, gini, missing, xp):
     acc_l = acc_r = None
     rest_l, rest_r = wl, wr
-    for k in range(params.n_classes):
-        if k < params.n_classes - 1:
+    for k in range(n_classes):
+        if k < n_classes - 1:
             ck = cum[k, ...]
             rk = ck[..., -1:] - ck
             rest_l, rest_r = rest_l - ck, rest_r - rk
         else:  # the last class's counts are what the others leave
             ck, rk = rest_l, rest_r
-        if params.criterion == "gini":
+        if gini:
             tl, tr = ck * ck, rk * rk
         else:
             tl, tr = _xlogx(ck, xp), _xlogx(rk, xp)
         acc_l = tl if acc_l is None else acc_l + tl
         acc_r = tr if acc_r is None else acc_r + tr
-    if params.criterion == "gini":
+    if gini:
         one = xp.ones_like(wl)
         return acc_l / xp.where(wl > 0, wl, one) + acc_r / xp.where(wr > 0, wr, one)
-    if g.missing:  # each child's terms together: the mirrored placements of
+    if missing:  # each child's terms together: the mirrored placements of
         # the missing values score exactly equal (the right one wins, as scikit-learn)
         return (acc_l - _xlogx(wl, xp)) + (acc_r - _xlogx(wr, xp))
     return acc_l + acc_r - _xlogx(wl, xp) - _xlogx(wr, xp)
+
+
+def _class_scores_example():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, (2, 3, 9))
+    w = rng.integers(0, 3, (2, 3, 9)).astype(np.float64)
+    w[..., -2:] = 0.0  # padding: nothing on the right of the last entries
+    cum = np.cumsum(np.stack([w * (y == 0), w * (y == 1)]), axis=-1)
+    wl = np.cumsum(w, axis=-1)
+    wr = wl[..., -1:] - wl
+    return (cum, wl, wr), {"n_classes": 3, "gini": True, "missing": False, "xp": np}
+
+
+@fast_path("tree.class_scores", "numpy", example=_class_scores_example)
+def _class_scores_numpy(cum, wl, wr, /, *, n_classes, gini, missing, xp):
+    """The Gini proxy in a few reused buffers, each operation as the portable
+    one's (the same scores bit for bit)."""
+    if not gini or n_classes < 2:
+        return _class_scores_portable(
+            cum, wl, wr, n_classes=n_classes, gini=gini, missing=missing, xp=xp
+        )
+    tmp = np.empty_like(wl)
+    acc_l = acc_r = rest_l = rest_r = None
+    for k in range(n_classes - 1):
+        ck = cum[k, ...]
+        rk = np.subtract(ck[..., -1:], ck)
+        rest_l = np.subtract(wl if rest_l is None else rest_l, ck, out=rest_l)
+        rest_r = np.subtract(wr if rest_r is None else rest_r, rk, out=rest_r)
+        if acc_l is None:
+            acc_l, acc_r = np.multiply(ck, ck), np.multiply(rk, rk, out=rk)
+        else:
+            acc_l += np.multiply(ck, ck, out=tmp)
+            acc_r += np.multiply(rk, rk, out=rk)
+    acc_l += np.multiply(rest_l, rest_l, out=rest_l)
+    acc_r += np.multiply(rest_r, rest_r, out=rest_r)
+    # x / where(w > 0, w, 1): where w <= 0 the quotient is x itself
+    np.divide(acc_l, wl, out=acc_l, where=np.greater(wl, 0))
+    np.divide(acc_r, wr, out=acc_r, where=np.greater(wr, 0))
+    return np.add(acc_l, acc_r, out=acc_l)
 
 
 def _sse_scores(g, s1, wlr):
@@ -940,7 +995,21 @@ def _search(g, ent, F, vals):
     nb, f, L = (int(n) for n in perm.shape)
     row = xp.arange(nb, dtype=j.dtype, device=device(j)) * f + j  # (node, j) row
     order = xp.take(xp.reshape(perm, (nb * f, L)), row, axis=0)
-    return best, feat, p, thr, order
+    sums = None
+    if g.params.classification and not g.params.multi:
+        sums = _chosen_sums(cum, row * L, p, xp)
+    return best, feat, p, thr, order, sums
+
+
+def _chosen_sums(cum, at, p, xp):
+    """The cumulative channels (C, nb, f, L) of each node's chosen feature at
+    its split position ``p`` and at the row's end: (nb, 2C), the left child's
+    sums then the node's (``at``: where the chosen row starts, flat)."""
+    C = int(cum.shape[0])
+    flat = xp.reshape(cum, (C, -1))
+    left = xp.take(flat, at + p, axis=1)
+    whole = xp.take(flat, at + (int(cum.shape[-1]) - 1), axis=1)
+    return xp.permute_dims(xp.concat([left, whole], axis=0), (1, 0))
 
 
 def _scores(g, ent, cum, chans=None):
@@ -1027,7 +1096,7 @@ def _pick_missing(g, ent, cols, scores):
     best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
     j, r = bi // (2 * (L - 1)), bi % (2 * (L - 1))
     left, p = r >= L - 1, r % (L - 1)
-    at = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L) + j * L + p
+    at = xp.arange(nb, dtype=j.dtype, device=dev) * (f * L) + j * L + p
     xs_flat = xp.reshape(xs, (-1,))
     v0, v1 = xp.take(xs_flat, at), xp.take(xs_flat, at + 1)
     thr = v0 / 2 + v1 / 2
@@ -1053,28 +1122,78 @@ def _pick(g, ent, F, xs, score):
     xp = g.xp
     nb, f, L = xs.shape
     dev = device(xs)
-    ln = xp.reshape(ent.lens, (nb, 1, 1))
-    p3 = xp.reshape(xp.arange(L - 1, dtype=ent.lens.dtype, device=dev), (1, 1, L - 1))
     msl = g.params.min_samples_leaf
-    ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
     if ent.u is None:
-        cut = xs[..., 1:] > xs[..., :-1] + FEATURE_THRESHOLD
+        best_at = dispatch("tree.best_position", xp)
+        best, j, p = best_at(score, xs, ent.lens, msl=msl, gap=FEATURE_THRESHOLD, xp=xp)
     else:
         cut, t = _random_cut(g, ent, F, xs)
-    ninf = xp.full((), -xp.inf, dtype=score.dtype, device=dev)
-    score2 = xp.reshape(xp.where(ok & cut, score[..., :-1], ninf), (nb, f * (L - 1)))
-    bi = xp.argmax(score2, axis=-1)
-    best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
-    j, p = bi // (L - 1), bi % (L - 1)
-    at = xp.arange(nb, dtype=bi.dtype, device=dev) * (f * L) + j * L + p
+        best, j, p = _best_position(score, cut, ent.lens, msl=msl, xp=xp)
+    feat = xp.take_along_axis(F, j[:, None], axis=-1)[:, 0]
+    at = xp.arange(nb, dtype=j.dtype, device=dev) * (f * L) + j * L + p
     xs_flat = xp.reshape(xs, (-1,))
     x0, x1 = xp.take(xs_flat, at), xp.take(xs_flat, at + 1)
     thr = x0 / 2 + x1 / 2
     thr = xp.where((thr == x1) | xp.isinf(thr) | xp.isnan(thr), x0, thr)
-    feat = xp.take_along_axis(F, j[:, None], axis=-1)[:, 0]
     if ent.u is not None:  # the drawn threshold, not the midpoint
         thr = xp.take_along_axis(t, j[:, None], axis=-1)[:, 0]
     return best, feat, p, thr, j
+
+
+def _best_position(score, cut, lens, /, *, msl, xp):
+    """Each node's best score (nb,) over its features and positions
+    ``0..L-2`` (nb, f, L) where ``cut`` (nb, f, L-1) allows a split and both
+    children keep ``msl`` entries; the first best wins. Returns it, its
+    feature slot ``j`` and position ``p``."""
+    nb, f, L = (int(n) for n in score.shape)
+    dev = device(score)
+    ln = xp.reshape(lens, (nb, 1, 1))
+    p3 = xp.reshape(xp.arange(L - 1, dtype=lens.dtype, device=dev), (1, 1, L - 1))
+    ok = (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
+    ninf = xp.full((), -xp.inf, dtype=score.dtype, device=dev)
+    score2 = xp.reshape(xp.where(ok & cut, score[..., :-1], ninf), (nb, f * (L - 1)))
+    bi = xp.argmax(score2, axis=-1)
+    best = xp.take_along_axis(score2, bi[:, None], axis=-1)[:, 0]
+    return best, bi // (L - 1), bi % (L - 1)
+
+
+@portable("tree.best_position")
+def _best_position_portable(score, keys, lens, /, *, msl, gap, xp):
+    """:func:`_best_position` where neighbours of the sorted ``keys`` (nb, f,
+    L) differ by more than ``gap``. ``score`` is scratch: the NumPy twin
+    overwrites it."""
+    cut = keys[..., 1:] > keys[..., :-1] + gap
+    return _best_position(score, cut, lens, msl=msl, xp=xp)
+
+
+def _best_position_example():
+    rng = np.random.default_rng(1)
+    score = rng.random((3, 2, 8))
+    score[0, 1, 3] = score[0, 0, 5] = 2.0  # a tie: the first one wins
+    keys = np.sort(np.round(rng.random((3, 2, 8)), 1), axis=-1)
+    keys[2] = 0.5  # a node with no split: every position masked
+    lens = np.array([8, 6, 7])
+    return (score, keys, lens), {"msl": 2, "gap": 1e-7, "xp": np}
+
+
+@fast_path("tree.best_position", "numpy", example=_best_position_example)
+def _best_position_numpy(score, keys, lens, /, *, msl, gap, xp):
+    """The masking done in place in ``score`` (its last position too, so the
+    argmax runs over the whole row): the same values and the same first best."""
+    nb, f, L = score.shape
+    cut = np.empty((nb, f, L - 1), dtype=bool)
+    if gap:
+        np.greater(keys[..., 1:], np.add(keys[..., :-1], gap), out=cut)
+    else:
+        np.greater(keys[..., 1:], keys[..., :-1], out=cut)
+    ln = lens.reshape(nb, 1, 1)
+    p3 = np.arange(L - 1, dtype=lens.dtype)
+    cut &= (p3 <= ln - 2) & (p3 + 1 >= msl) & (ln - 1 - p3 >= msl)
+    np.copyto(score[..., :-1], -np.inf, where=np.logical_not(cut, out=cut))
+    score[..., -1] = -np.inf
+    flat = score.reshape(nb, f * L)
+    bi = np.argmax(flat, axis=-1)
+    return flat[np.arange(nb), bi], bi // L, bi % L
 
 
 def _random_cut(g, ent, F, xs, nmiss=None):
@@ -1109,21 +1228,22 @@ def _random_cut(g, ent, F, xs, nmiss=None):
     return cut & varies[..., None], t
 
 
-def _children_stats(g, ent, feat, p, go_left=None, *, order=None):
+def _children_stats(g, ent, feat, p, go_left=None, *, order=None, sums=None):
     """Sort each node's entries along its chosen feature; statistics of the
     left part (positions ``<= p``) and of the whole node. ``go_left`` (nb,):
     the node's missing values (+inf) sort first instead of last. ``order``
-    (nb, L): that sort, when the search has it already."""
+    (nb, L): that sort, when the search has it already; ``sums``
+    (:func:`_chosen_sums`), the search's class sums along it."""
     xp, params = g.xp, g.params
     nb, L = ent.sids.shape
     dev = device(ent.sids)
     pos = xp.arange(L, dtype=ent.sids.dtype, device=dev)
     perm = order
     if order is None:
-        idx = xp.reshape(ent.sids * g.d + feat[:, None], (-1,))
+        idx = xp.reshape(ent.sids + feat[:, None] * g.n_ranks, (-1,))
         r = xp.reshape(xp.take(g.Rflat, idx), (nb, L)) + 1
         if go_left is not None:  # missing values (+inf, the sentinel's rank) first
-            top = xp.take(g.Rflat, (g.n_ranks - 1) * g.d + feat) + 1
+            top = xp.take(g.Rflat, feat * g.n_ranks + (g.n_ranks - 1)) + 1
             first = ent.valid & (r == top[:, None]) & go_left[:, None]
             r = xp.where(first, xp.zeros_like(r), r)
         perm, _ = _sort_by_rank(g, r, L)  # a stable sort by value
@@ -1135,6 +1255,8 @@ def _children_stats(g, ent, feat, p, go_left=None, *, order=None):
     if params.multi:
         return rs, rw, _children_sums_multi(g, ent, rs, (rwl, rw))
     ys = xp.reshape(xp.take(g.y, xp.reshape(rs, (-1,))), (nb, L))
+    if sums is not None:
+        return rs, rw, _class_sums(sums, ys, rw, p, K=params.n_classes, xp=xp)
     if params.classification:
         ks = xp.arange(params.n_classes, dtype=ys.dtype, device=dev)
         hit = ys[:, :, None] == ks[None, None, :]
@@ -1149,6 +1271,24 @@ def _children_stats(g, ent, feat, p, go_left=None, *, order=None):
     sq = _xlogx(ys, xp) if params.criterion == "poisson" else yc * yc
     sums = [xp.sum(t, axis=1) for w in (rwl, rw) for t in (w, w * yc, w * sq)]
     return rs, rw, [xp.stack(sums, axis=1)]
+
+
+def _class_sums(sums, ys, rw, p, *, K, xp):
+    """Class weights of the left child and of the node, ``[cl, ct]`` (nb, K)
+    each: classes ``0..K-2`` read from the search's cumulative sums, the
+    last one accumulated here along the same order (sequential sums: the
+    same values as summing the sorted row)."""
+    C = int(sums.shape[1]) // 2
+    last = xp.where(ys == K - 1, rw, xp.zeros_like(rw))
+    cum = xp.cumulative_sum(last, axis=1)
+    L = int(rw.shape[1])
+    at = xp.arange(int(rw.shape[0]), dtype=p.dtype, device=device(rw)) * L
+    flat = xp.reshape(cum, (-1,))
+    cl_last = xp.take(flat, at + p)[:, None]
+    ct_last = xp.take(flat, at + (L - 1))[:, None]
+    cl = xp.concat([sums[:, 1:C], cl_last], axis=1)
+    ct = xp.concat([sums[:, C + 1 :], ct_last], axis=1)
+    return [cl, ct]
 
 
 # --------------------------------------------------------------- acceptance
@@ -1504,319 +1644,3 @@ def segment_sum(ids, weights, n_bins, *, xp):
     edges = xp.arange(n_bins + 1, dtype=sid.dtype, device=device(ids))
     bounds = xp.searchsorted(sid, edges)
     return xp.take(cw, bounds[1:]) - xp.take(cw, bounds[:-1])
-
-
-# ------------------------------------------------------------------ routing
-@dataclasses.dataclass(frozen=True)
-class RoutingTable:
-    """One or many trees ready to be walked (all arrays in one namespace).
-
-    Trees are stored one after another; ``roots`` (T,) holds their root
-    nodes and ``depths`` (T,, host) their depths. Leaves loop back to
-    themselves (feature 0, threshold +inf, both children the leaf), so a
-    step is four gathers and a comparison with no branch.
-    """
-
-    feature: Any  # (N,) split feature, 0 at leaves
-    threshold: Any  # (N,) threshold, +inf at leaves
-    kids: Any  # (2N,) left and right child of each node, interleaved
-    leaf: Any  # (N,) bool
-    roots: Any  # (T,)
-    depths: np.ndarray
-    missing_right: Any = None  # (N,) bool: NaN goes right (None: always left)
-
-    def to(self, xp, dev):
-        """The same table with its arrays in namespace ``xp`` on ``dev``."""
-        from xpml._backend import move
-
-        arrays = [self.feature, self.threshold, self.kids, self.leaf, self.roots]
-        mr = self.missing_right
-        mr = None if mr is None else move(mr, xp, dev)
-        return RoutingTable(*[move(a, xp, dev) for a in arrays], self.depths, mr)
-
-
-def routing_table(
-    feature, threshold, left, right, depths, *, xp, roots=None, missing_left=None
-):
-    """A :class:`RoutingTable` from scikit-learn-style node arrays (children −1
-    at leaves, children indices global when several trees are concatenated;
-    ``missing_left``: scikit-learn's ``missing_go_to_left``, optional)."""
-    dev = device(feature)
-    leaf = left < 0
-    self_ids = xp.arange(int(feature.shape[0]), dtype=feature.dtype, device=dev)
-    f = xp.where(leaf, xp.zeros_like(feature), feature)
-    inf = xp.full((), xp.inf, dtype=threshold.dtype, device=dev)
-    kids = xp.stack(
-        [xp.where(leaf, self_ids, left), xp.where(leaf, self_ids, right)], axis=1
-    )
-    if roots is None:
-        roots = xp.zeros(1, dtype=feature.dtype, device=dev)
-    return RoutingTable(
-        f,
-        xp.where(leaf, inf, threshold),
-        xp.reshape(kids, (-1,)),
-        leaf,
-        roots,
-        np.atleast_1d(np.asarray(depths, dtype=np.int64)),
-        None if missing_left is None else ~xp.astype(missing_left, xp.bool) & ~leaf,
-    )
-
-
-def route(X, table, *, xp, trees=None, compact_every=3, missing=False):
-    """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
-    the table's trees, default all): an array (T, n). See :func:`_route`; on
-    NumPy the same walk runs in preallocated buffers (:func:`_route_numpy`).
-    ``missing``: ``X`` holds NaN, sent by the table's ``missing_right``."""
-    walk = dispatch("tree.route", xp)
-    kw = {"missing": True} if missing and table.missing_right is not None else {}
-    return walk(X, table, xp=xp, trees=trees, compact_every=compact_every, **kw)
-
-
-@portable("tree.route")
-def _route(X, table, *, xp, trees=None, compact_every=8, missing=False):
-    """Leaf reached by every row of ``X`` in every tree ``trees`` (a slice of
-    the table's trees, default all): an array (T, n). With ``missing``, a
-    NaN goes right at the nodes of ``table.missing_right`` (else left, as
-    ``NaN > threshold`` is false).
-
-    On NumPy the rows that reached a leaf are set aside every ``compact_every``
-    steps and the rest continue (a boolean mask costs nothing on the host);
-    other libraries walk every row for the full depth, with no host sync.
-    """
-    n, d = int(X.shape[0]), int(X.shape[1])
-    trees = slice(None) if trees is None else trees
-    roots = table.roots[trees]
-    depth = int(table.depths[trees].max())
-    T = int(roots.shape[0])
-    dev = device(X)
-    idt = table.feature.dtype
-    Xflat = xp.reshape(X, (-1,))
-    node = xp.reshape(roots[:, None] + xp.zeros((1, n), dtype=idt, device=dev), (-1,))
-    base = xp.arange(n, dtype=idt, device=dev)[None, :] * d
-    base = xp.reshape(base + xp.zeros((T, 1), dtype=idt, device=dev), (-1,))
-    compact = is_numpy_namespace(xp) and depth > compact_every
-    slot = xp.arange(T * n, dtype=idt, device=dev) if compact else None
-    done_slot, done_node = [], []
-    for step in range(depth):
-        xv = xp.take(Xflat, base + xp.take(table.feature, node))
-        gt = xv > xp.take(table.threshold, node)
-        if missing:
-            gt = gt | (xp.isnan(xv) & xp.take(table.missing_right, node))
-        right = xp.astype(gt, idt)
-        node = xp.take(table.kids, 2 * node + right)
-        if compact and (step + 1) % compact_every == 0 and step + 1 < depth:
-            fin = xp.take(table.leaf, node)
-            done_slot.append(slot[fin])
-            done_node.append(node[fin])
-            keep = ~fin
-            slot, node, base = slot[keep], node[keep], base[keep]
-    if done_slot:
-        slot = xp.concat(done_slot + [slot])
-        node = xp.take(xp.concat(done_node + [node]), xp.argsort(slot))
-    return xp.reshape(node, (T, n))
-
-
-def _route_example():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(300, 3))
-    feature = np.array([0, 1, -2, 2, -2, -2, 0, -2, -2], dtype=np.int64)
-    threshold = np.array([0.0, -0.5, -2, 0.3, -2, -2, 1.0, -2, -2])
-    left = np.array([1, 2, -1, 4, -1, -1, 7, -1, -1], dtype=np.int64)
-    right = np.array([6, 3, -1, 5, -1, -1, 8, -1, -1], dtype=np.int64)
-    roots = np.array([0, 1, 6], dtype=np.int64)  # three trees sharing nodes
-    table = routing_table(
-        feature, threshold, left, right, [3, 2, 1], xp=np, roots=roots
-    )
-    return (X, table), {"xp": np, "compact_every": 1}
-
-
-# (tree, row) pairs walked together by the NumPy fast path (per-step buffers
-# of about 40 bytes a pair): large enough that the ~10 calls of a step cost
-# little beside their work (2^15 to 2^18 measured alike, smaller was slower)
-_ROUTE_BLOCK = 1 << 16
-# rows of X (in bytes) one block of several trees walks: they are read again
-# by every tree of the block, so they should stay in cache
-_ROUTE_ROW_BYTES = 1 << 19
-# a single tree walks X in equal slices of at most this many bytes: a slice
-# read at every step stays in a core's L2 (one 3.2 MB X: 3.5 -> 2.9 ms)
-_ROUTE_SINGLE_BYTES = 3 << 19
-
-
-def _route_nan_example():
-    """NaN sent left or right as each node says, compacting every step."""
-    rng = np.random.default_rng(1)
-    feature = np.array([1, 0, -2, -2, 2, -2, -2], dtype=np.int64)
-    threshold = np.array([0.0, 0.5, -2, -2, -0.2, -2, -2])
-    left = np.array([1, 2, -1, -1, 5, -1, -1], dtype=np.int64)
-    right = np.array([4, 3, -1, -1, 6, -1, -1], dtype=np.int64)
-    missing_left = np.array([0, 1, 0, 0, 0, 0, 0], dtype=bool)
-    X = rng.normal(size=(200, 3))
-    X[rng.random(X.shape) < 0.25] = np.nan
-    table = routing_table(
-        feature, threshold, left, right, [2], xp=np, missing_left=missing_left
-    )
-    return (X, table), {"xp": np, "missing": True, "compact_every": 1}
-
-
-def _route_deep_example():
-    """Three deep trees over more (tree, row) pairs than one block: pairs set
-    aside along the way, blocks that span two trees."""
-    return _deep_example(np.random.default_rng(2), n_trees=3, n=_ROUTE_BLOCK // 2 + 7)
-
-
-def _route_adjacent_nan_example():
-    """Deep trees numbered as the growth numbers them (right child = left + 1,
-    the step that gathers the left child only), with NaN in ``X`` sent
-    left or right as each node says; one tree over two slices of the rows."""
-    rng = np.random.default_rng(4)
-    n = _ROUTE_SINGLE_BYTES // (5 * 8) + 9  # X (n, 5) a little over one slice
-    (X, table), kw = _deep_example(rng, n_trees=1, n=n, missing=True)
-    X[rng.random(X.shape) < 0.2] = np.nan
-    return (X, table), {**kw, "missing": True}
-
-
-def _deep_example(rng, *, n_trees, n, missing=False):
-    """Random complete-ish trees of depth 9 to 13 stacked as a forest
-    (``missing``: each split node sends NaN left or right at random)."""
-    d = 5
-    feats, thrs, lefts, rights, roots, depths = [], [], [], [], [], []
-    N = 0
-    for t in range(n_trees):
-        depth = 9 + 2 * t
-        m = 2 ** (depth + 1) - 1
-        ids = np.arange(m, dtype=np.int64)
-        inner = (ids < m // 2) & (rng.random(m) < 0.8)
-        inner[0] = True
-        feats.append(np.where(inner, rng.integers(0, d, m), -2))
-        thrs.append(np.where(inner, rng.normal(scale=0.5, size=m), -2.0))
-        lefts.append(np.where(inner, N + 2 * ids + 1, -1))
-        rights.append(np.where(inner, N + 2 * ids + 2, -1))
-        roots.append(N)
-        depths.append(depth)
-        N += m
-    left = np.concatenate(lefts)
-    table = routing_table(
-        *(np.concatenate(a) for a in (feats, thrs, lefts, rights)),
-        depths,
-        xp=np,
-        roots=np.asarray(roots, dtype=np.int64),
-        missing_left=rng.random(left.shape[0]) < 0.5 if missing else None,
-    )
-    return (rng.normal(size=(n, d)), table), {"xp": np, "compact_every": 2}
-
-
-@fast_path("tree.route", "numpy", example=_route_adjacent_nan_example)
-@fast_path("tree.route", "numpy", example=_route_deep_example)
-@fast_path("tree.route", "numpy", example=_route_nan_example)
-@fast_path("tree.route", "numpy", example=_route_example)
-def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
-    """:func:`_route` on NumPy, in blocks of at most ``_ROUTE_BLOCK`` (tree,
-    row) pairs: a block of several trees walks a slice of the rows small
-    enough (``_ROUTE_ROW_BYTES``) that they stay in cache from tree to tree.
-    Each step writes into buffers made once per call, the gathers skip bounds
-    checks (``mode="clip"``: every index is a node of the table or an entry of
-    ``X`` by construction), and every ``compact_every`` steps the pairs that
-    reached a leaf are written to the result and dropped, when they are at
-    least a quarter of the block's. A single tree walks ``X`` in slices of at
-    most ``_ROUTE_SINGLE_BYTES``; where siblings are numbered side by side
-    (as the growth numbers them) a step gathers the left child only."""
-    n, d = int(X.shape[0]), int(X.shape[1])
-    trees = slice(None) if trees is None else trees
-    roots = np.asarray(table.roots[trees], dtype=np.int64)
-    depths = np.asarray(table.depths[trees])
-    T = int(roots.shape[0])
-    Xflat = np.reshape(X, (-1,))
-    row_bytes = max(1, d * Xflat.itemsize)
-    if T == 1:
-        rows = -(-n // max(1, -(-n * row_bytes // _ROUTE_SINGLE_BYTES)))
-    else:
-        rows = _ROUTE_ROW_BYTES // row_bytes
-    rows = max(1, min(n, rows, _ROUTE_BLOCK))
-    per = max(1, _ROUTE_BLOCK // rows)  # trees per block
-    every = max(1, int(compact_every))
-    walk = _Walk(Xflat, table, d, every=every, missing=missing, size=min(T, per) * rows)
-    out = np.empty(T * n, dtype=np.int64)
-    for r0 in range(0, n, rows):
-        r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
-        for a in range(0, T, per):
-            b = min(T, a + per)
-            node = walk.ints[0][: (b - a) * int(r.shape[0])]
-            node.reshape(b - a, -1)[...] = roots[a:b, None]
-            pos = np.reshape(np.arange(a, b, dtype=np.int64)[:, None] * n + r, (-1,))
-            base = np.tile(r * d, b - a)
-            node, base, pos = walk.block(node, base, pos, int(depths[a:b].max()), out)
-            out[pos] = node
-    return np.reshape(out, (T, n))
-
-
-def _left_children(table):
-    """The left child of every node as a contiguous array when every split
-    node's right child follows its left one (the numbering the growth makes:
-    a step is then ``left[node] + (x > t)``), else None; computed once per
-    table (a cache beside its arrays)."""
-    cached = table.__dict__.get("_cache_left")
-    if cached is None:
-        left, right = table.kids[0::2], table.kids[1::2]
-        adjacent = bool(np.all((right == left + 1) | table.leaf))
-        cached = (np.ascontiguousarray(left) if adjacent else None,)
-        object.__setattr__(table, "_cache_left", cached)  # a cache, not state
-    return cached[0]
-
-
-class _Walk:
-    """Buffers and tables of one :func:`_route_numpy` call."""
-
-    def __init__(self, Xflat, table, d, *, every, missing, size):
-        self.X, self.table, self.d, self.every = Xflat, table, d, every
-        self.left = _left_children(table)
-        self.missing = missing and table.missing_right is not None
-        self.ints = [np.empty(size, dtype=np.int64) for _ in range(2)]
-        self.x = np.empty(size, dtype=Xflat.dtype)
-        self.t = np.empty(size, dtype=table.threshold.dtype)
-        self.g = np.empty(size, dtype=bool)
-
-    def block(self, node, base, pos, depth, out):
-        """Walk one block ``depth`` steps from ``node`` (a view of
-        ``self.ints[0]``); writes the pairs set aside to ``out[pos]`` and
-        returns the rest ``(node, base, pos)``."""
-        tb, X, add = self.table, self.X, np.add
-        feature, threshold, kids, left = tb.feature, tb.threshold, tb.kids, self.left
-        cur, spare = 0, 1
-        for step in range(depth):
-            k = int(node.shape[0])
-            i, x, t, g = self.ints[spare][:k], self.x[:k], self.t[:k], self.g[:k]
-            feature.take(node, out=i, mode="clip")  # methods: no wrapper call
-            add(i, base, out=i)
-            X.take(i, out=x, mode="clip")
-            threshold.take(node, out=t, mode="clip")
-            np.greater(x, t, out=g)
-            if self.missing:  # NaN goes right where the node says so
-                g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
-            if left is not None:  # siblings adjacent: the right one is left + 1
-                left.take(node, out=i, mode="clip")
-                add(i, g, out=i)
-            else:
-                add(node, node, out=node)
-                add(node, g, out=node)
-                kids.take(node, out=i, mode="clip")
-            node, cur, spare = i, spare, cur
-            if (step + 1) % self.every == 0 and step + 1 < depth:
-                node, base, pos = self._set_aside(node, base, pos, cur, out)
-        return node, base, pos
-
-    def _set_aside(self, node, base, pos, cur, out):
-        """Write the pairs that reached a leaf to ``out`` and drop them, when
-        they are at least a quarter of those still walking (an eighth was
-        measured slower: dropping costs about one step)."""
-        fin = np.take(self.table.leaf, node, mode="clip")
-        k = int(node.shape[0])
-        if 4 * int(np.count_nonzero(fin)) < k:
-            return node, base, pos
-        done = np.flatnonzero(fin)
-        out[np.take(pos, done, mode="clip")] = np.take(node, done, mode="clip")
-        keep = np.flatnonzero(~fin)
-        kept = self.ints[1 - cur][: int(keep.shape[0])]
-        np.take(node, keep, out=kept, mode="clip")
-        self.ints[cur], self.ints[1 - cur] = self.ints[1 - cur], self.ints[cur]
-        base = np.take(base, keep, mode="clip")
-        return kept, base, np.take(pos, keep, mode="clip")
