@@ -176,6 +176,37 @@ def test_pca_errors(digits):
         PCA(3).fit(digits).inverse_transform(np.zeros((2, 4)))
 
 
+@pytest.mark.parametrize("solver", ["full", "covariance_eigh", "randomized", "arpack"])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ([np.nan], "contains NaN"),
+        ([np.inf], "contains infinity"),
+        ([-np.inf], "contains infinity"),
+        ([np.inf, -np.inf], "contains NaN|contains infinity"),  # the mean: NaN
+        ([np.nan, np.inf], "contains NaN"),
+    ],
+)
+def test_pca_refuses_what_validation_refuses(xp, digits, solver, bad, message):
+    # the finiteness check is read off the column means: every kind of
+    # non-finite entry must still be refused, with validation's message, by
+    # every solver and in every array library; finite data whose column sums
+    # overflow passes the check as validation's (what the solver then makes of
+    # it is another matter)
+    X = digits[:200].copy()
+    for i, v in enumerate(bad):
+        X[3 + 5 * i, 7] = v
+    with pytest.raises(ValueError, match=f"Input X (?:{message})"):
+        PCA(5, svd_solver=solver).fit(xp.asarray(X))
+    big = digits[:200, :8].copy()
+    big[:, 2] = np.finfo(np.float64).max / 4  # finite; its column sum overflows
+    with np.errstate(all="ignore"):
+        try:
+            PCA(2, svd_solver=solver).fit(xp.asarray(big))
+        except Exception as e:  # noqa: BLE001 - only the finiteness message is wrong
+            assert "Input X contains" not in str(e)
+
+
 def test_truncated_svd_equals_sklearn(digits):
     from sklearn.decomposition import TruncatedSVD as SK
 

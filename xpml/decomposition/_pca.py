@@ -32,7 +32,12 @@ from xpml.utils._array_api import (
     memory_budget,
 )
 from xpml.utils._param_validation import Interval, Options
-from xpml.utils.validation import check_array, check_is_fitted, check_random_state
+from xpml.utils.validation import (
+    _assert_finite,
+    check_array,
+    check_is_fitted,
+    check_random_state,
+)
 
 __all__ = ["PCA", "TruncatedSVD", "choose_svd_solver", "randomized_range"]
 
@@ -104,8 +109,8 @@ def _minka_rank(spectrum, n):
 
 
 def _read_variances(ev, lost, /, *, xp):
-    """The variances and the covariance's "digits lost" flag (0 when there is
-    none) on the host, in one read."""
+    """The variances and the covariance's flags (:data:`_LOST` plus
+    :data:`_NOT_FINITE`; 0 when there are none) on the host, in one read."""
     flag = xp.zeros((1,), dtype=ev.dtype, device=device(ev))
     if lost is not None:
         flag = flag + xp.astype(lost, ev.dtype)
@@ -152,20 +157,50 @@ def _centred_gram(X, mean, /, *, xp):
     return G
 
 
-def _covariance(X, mean, /, *, xp, centred=False):
-    """The sample covariance ``(X − x̄)ᵀ(X − x̄) / (n − 1)`` and a device flag.
+_LOST, _NOT_FINITE = 1.0, 2.0
+"""The covariance's device flags, read with the variances: the mean swamps
+the spread (redo from centred data); ``X`` is not finite (or its sums
+overflowed): validation's check decides."""
 
-    By one GEMM on ``X`` less ``n x̄x̄ᵀ`` (``centred=False``; the flag says
-    whether the mean is too large against the spread for that, read later with
-    the variances, see :data:`_MAX_MEAN_TO_SPREAD`), else from the centred data
-    in row blocks (no cancellation; the flag is False)."""
+
+def _mean_and_finite(X, /, *, xp):
+    """The column means and whether they are all finite (a device bool), which
+    stands for validation's finiteness check of ``X`` (one pass over ``X``
+    fewer, issue 16): a NaN or an infinity makes its column's mean NaN or
+    infinite, so finite means prove every entry finite; where they are not
+    (or finite values overflowed) :func:`_require_finite` checks entry by
+    entry, with validation's message."""
+    with np.errstate(invalid="ignore"):  # inf − inf: the check says what it is
+        mean = xp.mean(X, axis=0)
+    return mean, xp.all(xp.isfinite(mean))
+
+
+def _require_finite(X, finite, /, *, xp):
+    """Validation's finiteness check of ``X``, one host read when ``finite``."""
+    if not bool(finite):
+        _assert_finite(X, xp, "X")
+
+
+def _covariance(X, mean, /, *, xp, centred=False, finite=None):
+    """The sample covariance ``(X − x̄)ᵀ(X − x̄) / (n − 1)`` and device flags.
+
+    By one GEMM on ``X`` less ``n x̄x̄ᵀ`` (``centred=False``; the flags say
+    whether the mean is too large against the spread for that, see
+    :data:`_MAX_MEAN_TO_SPREAD`, and, given ``finite`` (the means' device
+    flag), whether ``X`` is not finite, in which case the covariance is zero:
+    read later with the variances), else from the centred data in row blocks
+    (no cancellation; no flags)."""
     n = X.shape[0]
     if centred:
         return _centred_gram(X, mean, xp=xp) / (n - 1), None
     G = X.T @ X - n * (mean[:, None] * mean[None, :])
     spread = xp.max(xp.linalg.diagonal(G)) / n
     lost = xp.max(mean * mean) > _MAX_MEAN_TO_SPREAD * spread
-    return G / (n - 1), lost
+    flags = _LOST * xp.astype(lost, G.dtype)
+    if finite is not None:  # no eigh of NaN: the read of the flags stops the fit
+        flags = flags + _NOT_FINITE * xp.astype(xp.logical_not(finite), G.dtype)
+        G = xp.where(finite, G, xp.zeros_like(G))
+    return G / (n - 1), flags
 
 
 @dataclasses.dataclass
@@ -188,11 +223,11 @@ def _solve_full(X, mean, k, params, /, *, xp):
     return _Solution(s * s / (X.shape[0] - 1), s, Vt)
 
 
-def _solve_covariance_eigh(X, mean, k, params, /, *, xp, centred=False):
+def _solve_covariance_eigh(X, mean, k, params, /, *, xp, centred=False, finite=None):
     """Eigen-decomposition of the ``d × d`` covariance: variances are its
     eigenvalues (clamped at 0, in decreasing order), axes its eigenvectors,
-    ``s = √((n − 1) λ)``; last, the covariance's "digits lost" device flag."""
-    G, lost = _covariance(X, mean, xp=xp, centred=centred)
+    ``s = √((n − 1) λ)``; last, the covariance's device flags."""
+    G, lost = _covariance(X, mean, xp=xp, centred=centred, finite=finite)
     lam, V = xp.linalg.eigh(G)
     lam = xp.maximum(xp.flip(lam, axis=0), xp.zeros_like(lam))
     Vt = xp.flip(V, axis=1).T
@@ -229,6 +264,26 @@ _SOLVE = {
     "randomized": _solve_randomized,
     "arpack": _solve_arpack,
 }
+
+
+def _solve_exact(X, mean, finite, solver, params, /, *, xp):
+    """An exact solver's solution and its variances on the host, with one read
+    (and the covariance's flags in it): where ``X`` is not finite,
+    validation's check (:func:`_require_finite`) raises, or (finite values
+    whose sums overflowed) the covariance is made again without the flag;
+    where the mean swamps the spread, from the centred data."""
+    covariance = solver == "covariance_eigh"
+    extra = {"finite": finite} if covariance else {}
+    sol = _SOLVE[solver](X, mean, None, params, xp=xp, **extra)
+    host = _read_variances(sol.ev, sol.lost, xp=xp)
+    if host[-1] >= _NOT_FINITE:
+        _require_finite(X, False, xp=xp)
+        sol = _solve_covariance_eigh(X, mean, None, params, xp=xp)
+        host = _read_variances(sol.ev, sol.lost, xp=xp)
+    if host[-1]:  # the mean swamps the spread: covariance from centred data
+        sol = _solve_covariance_eigh(X, mean, None, params, xp=xp, centred=True)
+        host = _read_variances(sol.ev, None, xp=xp)
+    return sol, host[:-1]
 
 
 @dataclasses.dataclass
@@ -439,29 +494,32 @@ class PCA(TransformerMixin, BaseEstimator):
         return ctx.out(scores)
 
     def _fit(self, X):
-        ctx, X, _, _ = self._validate_fit_data(X, min_samples=2)
+        # finiteness: read off the mean (_mean_and_finite), not a pass of its own
+        ctx, X, _, _ = self._validate_fit_data(X, min_samples=2, ensure_finite=False)
         xp = ctx.xp
+        mean, finite = _mean_and_finite(X, xp=xp)
         n, d = X.shape
         max_k = min(n, d)
         solver = choose_svd_solver(self.svd_solver, (n, d), self.n_components)
         truncated = solver in ("randomized", "arpack")
+        if solver != "covariance_eigh":  # its check rides on the variances' read
+            _require_finite(X, finite, xp=xp)
         k = _truncated_k(self.n_components, solver, max_k) if truncated else None
         if not truncated:
-            _check_full_k(self.n_components, solver, (n, d))
-        mean = xp.mean(X, axis=0)
+            try:
+                _check_full_k(self.n_components, solver, (n, d))
+            except ValueError:  # validation's error comes first, as it did
+                _require_finite(X, finite, xp=xp)
+                raise
         params = self._randomized_params(k, max_k)
-        sol = _SOLVE[solver](X, mean, k, params, xp=xp)
-        ev = sol.ev
         if truncated:  # scikit-learn's: the total from the data, the rest as noise
+            sol = _SOLVE[solver](X, mean, k, params, xp=xp)
+            ev = sol.ev
             total = xp.sum(xp.var(X, axis=0, correction=1))
             rest = float((total - xp.sum(ev)) / (max_k - k)) if k < max_k else 0.0
-        else:  # one read: the variances (for k and the noise) and the flag
-            host = _read_variances(ev, sol.lost, xp=xp)
-            if host[-1]:  # the mean swamps the spread: covariance from centred data
-                sol = _solve_covariance_eigh(X, mean, k, params, xp=xp, centred=True)
-                ev = sol.ev
-                host = _read_variances(ev, None, xp=xp)
-            ev_host = host[:-1]
+        else:  # one read: the variances (for k and the noise) and the flags
+            sol, ev_host = _solve_exact(X, mean, finite, solver, params, xp=xp)
+            ev = sol.ev
             k = _n_components_for(self.n_components, ev_host, n)
             rest = float(np.mean(ev_host[k:])) if k < max_k else 0.0
             total = xp.sum(ev)
