@@ -152,7 +152,7 @@ def _centred_gram(X, mean, /, *, xp):
     rows = max(d, int(budget // (itemsize(X.dtype, xp) * d)))
     G = None
     for r0 in range(0, n, rows):
-        B = X[r0 : r0 + rows, :] - mean
+        B = X[r0 : min(r0 + rows, n), :] - mean  # the standard: stops in bounds
         G = B.T @ B if G is None else G + B.T @ B
     return G
 
