@@ -59,3 +59,32 @@ def test_right_singular_fast_path_agrees_with_portable(xp):
         np.testing.assert_allclose(
             xp.to_numpy(s1), np.linalg.svd(B, compute_uv=False), rtol=1e-12
         )
+
+
+def test_blas_limit_reaches_numpys_blas_and_restores_it(monkeypatch):
+    """The one-thread limit SVC's solve runs under acts on the BLAS NumPy
+    calls (threadpoolctl's general search sees it at 1 inside, back after),
+    whether the controller comes from NumPy's wheel or the general search;
+    ``one_blas_thread`` reads an outer ``threadpool_limits`` the same way."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import xpml.linalg as L
+
+    def numpy_blas_threads():
+        info = threadpoolctl.threadpool_info()
+        ours = [i for i in info if "numpy" in i["filepath"] and i["user_api"] == "blas"]
+        return [i["num_threads"] for i in ours]
+
+    for search in (True, False):
+        L._blas_controller.cache_clear()
+        if not search:
+            monkeypatch.setattr(L, "_numpy_openblas", lambda threadpoolctl: [])
+        with threadpoolctl.threadpool_limits(2):
+            before = numpy_blas_threads()
+            with L._single_threaded_blas(np):
+                assert L.one_blas_thread(np)
+                inside = numpy_blas_threads()
+            assert numpy_blas_threads() == before
+        assert inside and set(inside) == {1}
+        with threadpoolctl.threadpool_limits(1):
+            assert L.one_blas_thread(np)
+    L._blas_controller.cache_clear()

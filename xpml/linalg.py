@@ -8,6 +8,7 @@ run on any backend; results come back in the caller's library.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -50,13 +51,64 @@ def _single_threaded_blas(xp):
 
 @functools.cache
 def _blas_controller():
-    """threadpoolctl's controller, made once (finding the BLAS libraries costs
-    milliseconds); None when threadpoolctl is missing."""
+    """threadpoolctl's controller of NumPy's BLAS, made once; None when
+    threadpoolctl is missing.
+
+    A wheel's OpenBLAS (``numpy.libs``) is found by its file name: the general
+    search (:class:`threadpoolctl.ThreadpoolController`) resolves the path of
+    every shared library loaded in the process, 20–60 ms once per process with
+    torch and scikit-learn loaded (issue 16: paid by the first SVC fit), where
+    this costs about a millisecond. Any other build: the general search, kept
+    to the BLAS libraries (never OpenMP: reading an OpenMP runtime's thread
+    count can start it)."""
     try:
-        from threadpoolctl import ThreadpoolController
+        import threadpoolctl
     except ImportError:
         return None
-    return ThreadpoolController()
+    libs = _numpy_openblas(threadpoolctl)
+    if libs:
+        return _BlasThreads(libs)
+    return threadpoolctl.ThreadpoolController().select(user_api="blas")
+
+
+def _numpy_openblas(threadpoolctl):
+    """Controllers of the OpenBLAS a NumPy wheel ships in ``numpy.libs``
+    (empty when NumPy is not built on it, or not from a wheel)."""
+    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    if "openblas" not in str(blas.get("name", "")):
+        return []
+    where = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return []
+    make = threadpoolctl.OpenBLASController
+    libs = []
+    for name in names:
+        prefix = next((p for p in make.filename_prefixes if name.startswith(p)), None)
+        if prefix and ".so" in name:
+            libs.append(make(filepath=os.path.join(where, name), prefix=prefix))
+    return libs
+
+
+class _BlasThreads:
+    """The part of threadpoolctl's controller xpml uses (``lib_controllers``
+    and ``limit``) over given library controllers."""
+
+    def __init__(self, libs):
+        self.lib_controllers = libs
+
+    @contextlib.contextmanager
+    def limit(self, *, limits, user_api="blas"):
+        libs = [c for c in self.lib_controllers if c.user_api == user_api]
+        before = [c.get_num_threads() for c in libs]
+        for c in libs:
+            c.set_num_threads(limits)
+        try:
+            yield self
+        finally:
+            for c, n in zip(libs, before):
+                c.set_num_threads(n)
 
 
 MAX_THREADS = 8
