@@ -156,6 +156,10 @@ _ROUTE_ROW_BYTES = 1 << 19
 # a single tree walks X in equal slices of at most this many bytes: a slice
 # read at every step stays in a core's L2 (one 3.2 MB X: 3.5 -> 2.9 ms)
 _ROUTE_SINGLE_BYTES = 3 << 19
+# a table of at least this many nodes (several trees: no longer in a core's
+# L2) is walked through one packed table (left child and feature in one
+# int64): one gather fewer a step, worth its two bit operations only then
+_PACK_NODES = 1 << 14
 
 
 def _route_nan_example():
@@ -229,110 +233,162 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
     """:func:`_route` on NumPy, in blocks of at most ``_ROUTE_BLOCK`` (tree,
     row) pairs: a block of several trees walks a slice of the rows small
     enough (``_ROUTE_ROW_BYTES``) that they stay in cache from tree to tree.
-    Each step writes into buffers made once per call, the gathers skip bounds
-    checks (``mode="clip"``: every index is a node of the table or an entry of
-    ``X`` by construction), and every ``compact_every`` steps the pairs that
-    reached a leaf are written to the result and dropped, when they are at
-    least a quarter of the block's. A single tree walks ``X`` in slices of at
-    most ``_ROUTE_SINGLE_BYTES``; where siblings are numbered side by side
-    (as the growth numbers them) a step gathers the left child only."""
+    Each slice is copied column by column into one buffer (pairs at the same
+    node then read neighbouring entries), each step writes into buffers made
+    once per call, the gathers skip bounds checks (``mode="clip"``: every
+    index is a node of the table or an entry of the slice by construction),
+    and every ``compact_every`` steps the pairs that reached a leaf are
+    written to the result and dropped, when they are at least a quarter of
+    the block's. A single tree walks ``X`` in slices of at most
+    ``_ROUTE_SINGLE_BYTES``. See :class:`_Walk` for one step."""
     n, d = int(X.shape[0]), int(X.shape[1])
     trees = slice(None) if trees is None else trees
     roots = np.asarray(table.roots[trees], dtype=np.int64)
     depths = np.asarray(table.depths[trees])
     T = int(roots.shape[0])
-    Xflat = np.reshape(X, (-1,))
-    row_bytes = max(1, d * Xflat.itemsize)
+    rows, per = _block_shape(n, d, T, X.dtype.itemsize)
+    every = max(1, int(compact_every))
+    walk = _Walk(X, table, rows, every=every, missing=missing, size=min(T, per) * rows)
+    out = np.empty(T * n, dtype=np.int64)
+    for r0 in range(0, n, rows):
+        r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
+        at = walk.load(X, r)  # where row r's entries start in walk.X
+        for a in range(0, T, per):
+            b = min(T, a + per)
+            node = walk.ints[0][: (b - a) * int(r.shape[0])]
+            node.reshape(b - a, -1)[...] = roots[a:b, None]
+            pos = np.arange(a, b, dtype=np.int64)[:, None] * n + r
+            base = np.tile(at, b - a)
+            node, base, pos = walk.block(node, base, pos.reshape(-1), depths[a:b], out)
+            out[pos] = node
+    return np.reshape(out, (T, n))
+
+
+def _block_shape(n, d, T, itemsize):
+    """Rows of ``X`` in one slice, and trees walked together over it."""
+    row_bytes = max(1, d * itemsize)
     if T == 1:
         rows = -(-n // max(1, -(-n * row_bytes // _ROUTE_SINGLE_BYTES)))
     else:
         rows = _ROUTE_ROW_BYTES // row_bytes
     rows = max(1, min(n, rows, _ROUTE_BLOCK))
-    per = max(1, _ROUTE_BLOCK // rows)  # trees per block
-    every = max(1, int(compact_every))
-    walk = _Walk(Xflat, table, d, every=every, missing=missing, size=min(T, per) * rows)
-    out = np.empty(T * n, dtype=np.int64)
-    for r0 in range(0, n, rows):
-        r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
-        for a in range(0, T, per):
-            b = min(T, a + per)
-            node = walk.ints[0][: (b - a) * int(r.shape[0])]
-            node.reshape(b - a, -1)[...] = roots[a:b, None]
-            pos = np.reshape(np.arange(a, b, dtype=np.int64)[:, None] * n + r, (-1,))
-            base = np.tile(r * d, b - a)
-            node, base, pos = walk.block(node, base, pos, int(depths[a:b].max()), out)
-            out[pos] = node
-    return np.reshape(out, (T, n))
+    return rows, max(1, _ROUTE_BLOCK // rows)
 
 
-def _left_children(table):
-    """The left child of every node as a contiguous array when every split
-    node's right child follows its left one (the numbering the growth makes:
-    a step is then ``left[node] + (x > t)``), else None; computed once per
-    table (a cache beside its arrays)."""
-    cached = table.__dict__.get("_cache_left")
-    if cached is None:
-        left, right = table.kids[0::2], table.kids[1::2]
-        adjacent = bool(np.all((right == left + 1) | table.leaf))
-        cached = (np.ascontiguousarray(left) if adjacent else None,)
-        object.__setattr__(table, "_cache_left", cached)  # a cache, not state
-    return cached[0]
+def _step_table(table, fmul, span):
+    """Per node, where a step reads and where it goes, when entry ``(i, f)``
+    of the rows walked is at ``at[i] + f * fmul`` (below ``span``):
+    ``(column, left, mask, shift)`` with ``column`` the node's feature times
+    ``fmul``. Where every split node's right child follows its left one (the
+    numbering the growth makes) the next node is ``left + (x > t)``: ``left``
+    is the left children (else None: the interleaved ``kids`` are read); a
+    large table packs both in one array instead, ``column | left << shift``
+    (``mask`` the low bits; ``left`` None), one gather for the two. Computed
+    once per table and layout (a cache beside its arrays)."""
+    key = (fmul, span)
+    cached = table.__dict__.get("_cache_step")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    column = table.feature * fmul
+    left, right = table.kids[0::2], table.kids[1::2]
+    shift = max(1, (span - 1).bit_length())
+    N = int(table.feature.shape[0])
+    step = (column, None, None, 0)
+    if bool(np.all((right == left + 1) | table.leaf)):
+        step = (column, np.ascontiguousarray(left), None, 0)
+        if N >= _PACK_NODES and N < (1 << (62 - shift)):
+            step = (np.left_shift(left, shift) | column, None, (1 << shift) - 1, shift)
+    object.__setattr__(table, "_cache_step", (key, step))  # a cache, not state
+    return step
 
 
 class _Walk:
-    """Buffers and tables of one :func:`_route_numpy` call."""
+    """Buffers and tables of one :func:`_route_numpy` call. A single tree
+    reads a C-contiguous ``X`` where it is; otherwise each slice of rows is
+    copied column by column into one buffer (pairs of several trees at the
+    same node then read neighbouring entries)."""
 
-    def __init__(self, Xflat, table, d, *, every, missing, size):
-        self.X, self.table, self.d, self.every = Xflat, table, d, every
-        self.left = _left_children(table)
+    def __init__(self, X, table, rows, *, every, missing, size):
+        n, d = int(X.shape[0]), int(X.shape[1])
+        self.table, self.every, self.d = table, every, d
         self.missing = missing and table.missing_right is not None
-        self.ints = [np.empty(size, dtype=np.int64) for _ in range(2)]
-        self.x = np.empty(size, dtype=Xflat.dtype)
+        self.direct = int(table.roots.shape[0]) == 1 and X.flags.c_contiguous
+        if self.direct:
+            self.X, self.cols = np.reshape(X, (-1,)), None
+            self.step = _step_table(table, 1, max(1, n * d))
+        else:
+            self.cols = np.empty((d, rows), dtype=X.dtype)
+            self.X = np.reshape(self.cols, (-1,))
+            self.step = _step_table(table, rows, max(1, d * rows))
+        self.ints = [np.empty(size, dtype=np.int64) for _ in range(3)]
+        self.x = np.empty(size, dtype=X.dtype)
         self.t = np.empty(size, dtype=table.threshold.dtype)
         self.g = np.empty(size, dtype=bool)
 
-    def block(self, node, base, pos, depth, out):
-        """Walk one block ``depth`` steps from ``node`` (a view of
-        ``self.ints[0]``); writes the pairs set aside to ``out[pos]`` and
-        returns the rest ``(node, base, pos)``."""
-        tb, X, add = self.table, self.X, np.add
-        feature, threshold, kids, left = tb.feature, tb.threshold, tb.kids, self.left
+    def load(self, X, r):
+        """Make rows ``r`` (consecutive) readable; returns where each row's
+        entries start in ``self.X``."""
+        if self.direct:
+            return r * self.d
+        m = int(r.shape[0])
+        np.copyto(self.cols[:, :m], X[int(r[0]) : int(r[0]) + m].T)
+        return r - r[0]
+
+    def block(self, node, base, pos, depths, out):
+        """Walk one block from ``node`` (a view of ``self.ints[0]``) as deep
+        as its deepest tree (``depths``); writes the pairs set aside to
+        ``out[pos]`` and returns the rest ``(node, base, pos)``."""
+        depth = int(depths.max())
         cur, spare = 0, 1
-        for step in range(depth):
+        for s in range(depth):
             k = int(node.shape[0])
-            i, x, t, g = self.ints[spare][:k], self.x[:k], self.t[:k], self.g[:k]
-            feature.take(node, out=i, mode="clip")  # methods: no wrapper call
-            add(i, base, out=i)
-            X.take(i, out=x, mode="clip")
-            threshold.take(node, out=t, mode="clip")
-            np.greater(x, t, out=g)
-            if self.missing:  # NaN goes right where the node says so
-                g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
-            if left is not None:  # siblings adjacent: the right one is left + 1
-                left.take(node, out=i, mode="clip")
-                add(i, g, out=i)
-            else:
-                add(node, node, out=node)
-                add(node, g, out=node)
-                kids.take(node, out=i, mode="clip")
+            i = self.ints[spare][:k]
+            self._step(node, base, i, self.ints[2][:k])
             node, cur, spare = i, spare, cur
-            if (step + 1) % self.every == 0 and step + 1 < depth:
+            if (s + 1) % self.every == 0 and s + 1 < depth:
                 node, base, pos = self._set_aside(node, base, pos, cur, out)
         return node, base, pos
+
+    def _step(self, node, base, nxt, j):
+        """One level down: ``nxt`` gets the child of ``node`` each pair goes
+        to (``j``: scratch for the entries of the slice read)."""
+        tb, add, k = self.table, np.add, int(node.shape[0])
+        x, t, g = self.x[:k], self.t[:k], self.g[:k]
+        table, left, mask, shift = self.step
+        table.take(node, out=nxt, mode="clip")  # methods: no wrapper call
+        if mask is None:
+            add(nxt, base, out=j)
+        else:
+            np.bitwise_and(nxt, mask, out=j)
+            add(j, base, out=j)
+        self.X.take(j, out=x, mode="clip")
+        tb.threshold.take(node, out=t, mode="clip")
+        np.greater(x, t, out=g)
+        if self.missing:  # NaN goes right where the node says so
+            g |= np.isnan(x) & tb.missing_right.take(node, mode="clip")
+        if left is not None:  # siblings adjacent: the right one is left + 1
+            left.take(node, out=nxt, mode="clip")
+            add(nxt, g, out=nxt)
+        elif mask is None:
+            add(node, node, out=j)
+            add(j, g, out=j)
+            tb.kids.take(j, out=nxt, mode="clip")
+        else:  # siblings adjacent: the right one is left + 1
+            np.right_shift(nxt, shift, out=nxt)
+            add(nxt, g, out=nxt)
 
     def _set_aside(self, node, base, pos, cur, out):
         """Write the pairs that reached a leaf to ``out`` and drop them, when
         they are at least a quarter of those still walking (an eighth was
         measured slower: dropping costs about one step)."""
-        fin = np.take(self.table.leaf, node, mode="clip")
+        fin = self.table.leaf.take(node, mode="clip")
         k = int(node.shape[0])
         if 4 * int(np.count_nonzero(fin)) < k:
             return node, base, pos
         done = np.flatnonzero(fin)
-        out[np.take(pos, done, mode="clip")] = np.take(node, done, mode="clip")
+        out[pos.take(done, mode="clip")] = node.take(done, mode="clip")
         keep = np.flatnonzero(~fin)
         kept = self.ints[1 - cur][: int(keep.shape[0])]
-        np.take(node, keep, out=kept, mode="clip")
+        node.take(keep, out=kept, mode="clip")
         self.ints[cur], self.ints[1 - cur] = self.ints[1 - cur], self.ints[cur]
-        base = np.take(base, keep, mode="clip")
-        return kept, base, np.take(pos, keep, mode="clip")
+        return kept, base.take(keep, mode="clip"), pos.take(keep, mode="clip")

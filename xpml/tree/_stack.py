@@ -1,7 +1,7 @@
 """Fitted trees stacked for prediction: one routing table on the device.
 
 The trees of an estimator (one tree, a forest, the members of a boosting or
-bagging ensemble) are concatenated into one :class:`~xpml.tree._grow.RoutingTable`
+bagging ensemble) are concatenated into one :class:`~xpml.tree._route.RoutingTable`
 (children indices shifted, roots recorded) and their leaf values into one
 array, built once and kept in the estimator's ``_cache_stack`` attribute
 (neither pickled nor saved). Prediction then walks all trees of a chunk at
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import move, to_numpy
-from xpml.tree._grow import RoutingTable, route
+from xpml.tree._route import RoutingTable, route
 from xpml.utils._array_api import is_numpy_namespace, namespace_name
 
 __all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
@@ -110,7 +110,7 @@ def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
 
 
 def _host_table(trees, thr, offs, sizes):
-    """:func:`~xpml.tree._grow.routing_table` of the concatenated host trees
+    """:func:`~xpml.tree._route.routing_table` of the concatenated host trees
     (children shifted by each tree's offset ``offs``), built in place in its
     final arrays: the first predict of a process touches fresh memory for
     the table only (``thr``, the concatenated thresholds, is taken over)."""
