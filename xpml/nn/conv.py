@@ -491,40 +491,39 @@ def _window_view(Xp, kernel, stride):
     )
 
 
-def _padded(X, padding):
-    """Contiguous NHWC ``X`` with ``padding`` zeros on each side (NumPy; ``X``
-    itself when it is contiguous and the padding is zero)."""
-    (ph, pw), (N, H, Wd, C) = padding, X.shape
-    if ph == pw == 0:
-        return np.ascontiguousarray(X)
-    Xp = np.zeros((N, H + 2 * ph, Wd + 2 * pw, C), dtype=X.dtype)
-    Xp[:, ph : ph + H, pw : pw + Wd, :] = X
-    return Xp
-
-
 class _BlockWindows:
-    """One thread's buffer for the window matrix of a block of images, copied
-    from the window view of the whole padded input (NumPy)."""
+    """One thread's buffers for the window matrix of a block of images (NumPy):
+    with padding ``pad = ((top, bottom), (left, right))``, the block is copied
+    into a zero-margined image buffer (in cache) whose window view was made
+    once; without, the windows are read from the view of the whole input."""
 
-    def __init__(self, step, Xp, kernel, stride):
-        self.V = _window_view(Xp, kernel, stride)
-        self.A = np.empty((step,) + self.V.shape[1:], dtype=Xp.dtype)
+    def __init__(self, step, X, kernel, stride, pad=((0, 0), (0, 0))):
+        ((t, b), (l, r)), (H, Wd, C) = pad, X.shape[1:]
+        self.X, self.interior = X, (slice(t, t + H), slice(l, l + Wd))
+        self.P = None
+        if max(t, b, l, r) > 0:
+            self.P = np.zeros((step, t + H + b, l + Wd + r, C), dtype=X.dtype)
+        source = np.ascontiguousarray(X) if self.P is None else self.P
+        self.V = _window_view(source, kernel, stride)
+        self.A = np.empty((step,) + self.V.shape[1:], dtype=X.dtype)
         self.K = kernel[0] * self.V.shape[4]
-        self.per = self.V.shape[1] * self.V.shape[2]  # windows of one image
+        self.bytes = self.A[0].nbytes  # one image's window matrix
+        self.per = self.V.shape[1] * self.V.shape[2]  # and its windows
 
     def fill(self, i0, i1):
         """The window matrix of images ``i0 … i1 − 1``, in this thread's buffer."""
-        A = self.A[: i1 - i0]
-        np.copyto(A, self.V[i0:i1])
+        n, A = i1 - i0, self.A[: i1 - i0]
+        if self.P is None:
+            np.copyto(A, self.V[i0:i1])
+        else:
+            self.P[:n, self.interior[0], self.interior[1], :] = self.X[i0:i1]
+            np.copyto(A, self.V[:n])  # the margins stay zero
         return np.reshape(A, (-1, self.K))
 
 
-def _block_windows_per_image(Xp, kernel, stride):
-    """Bytes of one image's window matrix."""
-    (kh, kw), (sh, sw) = kernel, stride
-    N, Hp, Wp, C = Xp.shape
-    rows = ((Hp - kh) // sh + 1) * ((Wp - kw) // sw + 1)
-    return rows * kh * kw * C * Xp.dtype.itemsize
+def _both_sides(padding):
+    """``(ph, pw)`` as ``((ph, ph), (pw, pw))``."""
+    return tuple((p, p) for p in padding)
 
 
 def _forward_example():
@@ -544,24 +543,25 @@ def _conv_forward_portable(X, W, b, /, stride, padding, *, xp):
 
 @fast_path("nn.conv_forward", "numpy", example=_forward_example)
 def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
-    Xp, kernel, Co = _padded(X, padding), W.shape[:2], W.shape[3]
+    kernel, Co = W.shape[:2], W.shape[3]
     Wm = np.reshape(W, (-1, Co))
-    _, Ho, Wo, _, _ = _window_view(Xp, kernel, stride).shape
-    per = Ho * Wo
+    pad = _both_sides(padding)
+    shape = _BlockWindows(1, X[:1], kernel, stride, pad)
+    per_image, per, Ho = shape.bytes, shape.per, shape.V.shape[1]
+    Wo = per // Ho
     Z = np.empty((X.shape[0] * per, Co), dtype=np.result_type(X, W))
     in_place = b is not None and b.dtype == Z.dtype
     if in_place:
         b_row = np.reshape(np.broadcast_to(b, (Wo, Co)), (-1,))
 
     def task(blocks, step):
-        windows = _BlockWindows(step, Xp, kernel, stride)
+        windows = _BlockWindows(step, X, kernel, stride, pad)
         for i0, i1 in blocks:
             Zb = np.matmul(windows.fill(i0, i1), Wm, out=Z[i0 * per : i1 * per])
             if in_place:  # along rows of W_out·C_out (long runs), in cache
                 Zb = np.reshape(Zb, (-1, b_row.shape[0]))
                 Zb += b_row
 
-    per_image = _block_windows_per_image(Xp, kernel, stride)
     _map_image_groups(task, X.shape[0], per_image, xp=xp)
     if b is not None and not in_place:
         Z = Z + b
@@ -591,18 +591,20 @@ def _weight_grad_portable(X, dZ, /, kernel, stride, padding, *, xp):
 
 @fast_path("nn.conv_weight_grad", "numpy", example=_weight_grad_example)
 def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
-    Xp, Co = _padded(X, padding), dZ.shape[3]
-    per = dZ.shape[1] * dZ.shape[2]
+    Co, pad = dZ.shape[3], _both_sides(padding)
+    per, per_image = (
+        dZ.shape[1] * dZ.shape[2],
+        _BlockWindows(1, X[:1], kernel, stride, pad).bytes,
+    )
     dZm = np.reshape(dZ, (-1, Co))
 
     def task(blocks, step):
-        windows = _BlockWindows(step, Xp, kernel, stride)
+        windows = _BlockWindows(step, X, kernel, stride, pad)
         dW = 0
         for i0, i1 in blocks:
             dW = dW + windows.fill(i0, i1).T @ dZm[i0 * per : i1 * per]
         return dW
 
-    per_image = _block_windows_per_image(Xp, kernel, stride)
     parts = _map_image_groups(task, X.shape[0], per_image, xp=xp)
     return np.reshape(sum(parts[1:], parts[0]), (*kernel, X.shape[3], Co))
 
@@ -713,22 +715,29 @@ def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp):
 
 def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
     kh, kw, Ci, Co = W.shape
-    (N, Ho, Wo, _), (H, Wd), (ph, pw) = dZ.shape, input_hw, padding
-    top, left = kh - 1 - ph, kw - 1 - pw  # dZ padded by k − 1 − pad
-    dZp = np.zeros((N, H + kh - 1, Wd + kw - 1, Co), dtype=dZ.dtype)
-    dZp[:, top : top + Ho, left : left + Wo, :] = dZ
+    N, (H, Wd) = dZ.shape[0], input_hw
+    pad = _correlate_pad(dZ.shape[1:3], (kh, kw), input_hw, padding)
     W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
     dX = np.empty((N * H * Wd, Ci), dtype=np.result_type(dZ, W))
     per = H * Wd
 
     def task(blocks, step):
-        windows = _BlockWindows(step, dZp, (kh, kw), (1, 1))
+        windows = _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
         for i0, i1 in blocks:
             np.matmul(windows.fill(i0, i1), W_rot, out=dX[i0 * per : i1 * per])
 
-    per_image = _block_windows_per_image(dZp, (kh, kw), (1, 1))
+    per_image = _BlockWindows(1, dZ[:1], (kh, kw), (1, 1), pad).bytes
     _map_image_groups(task, N, per_image, xp=xp)
     return np.reshape(dX, (N, H, Wd, Ci))
+
+
+def _correlate_pad(out_hw, kernel, input_hw, padding):
+    """How stride-1 ``dZ`` is padded for the correlation: ``k − 1 − pad`` on
+    top and left, and what makes the windows cover the input on the far side."""
+    return tuple(
+        (k - 1 - p, n + k - 1 - (k - 1 - p) - m)
+        for m, k, n, p in zip(out_hw, kernel, input_hw, padding, strict=True)
+    )
 
 
 @fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_example)
@@ -736,8 +745,8 @@ def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
 def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
     if method == "fold":
         return _fold_s1_numpy(dZ, W, input_hw, padding, xp=xp)
-    if min(W.shape[0] - 1 - padding[0], W.shape[1] - 1 - padding[1]) < 0:
-        # a crop of dZ rather than a pad: the general path
+    pad = _correlate_pad(dZ.shape[1:3], W.shape[:2], input_hw, padding)
+    if min(min(pad)) < 0:  # a crop of dZ rather than a pad: the general path
         return _input_grad_s1_portable(
             dZ, W, input_hw, padding, xp=xp, method=method, work=work
         )
@@ -775,18 +784,16 @@ def _backward_s1_portable(X, dZ, W, /, padding, *, xp):
 
 @fast_path("nn.conv_backward_s1", "numpy", example=_backward_s1_example)
 def _backward_s1_numpy(X, dZ, W, /, padding, *, xp):
-    kh, kw, Ci, Co = W.shape
-    crop = min(kh - 1 - padding[0], kw - 1 - padding[1]) < 0
-    if crop or np.result_type(X, dZ, W) != X.dtype:  # the separate paths
-        return _backward_s1_portable(X, dZ, W, padding, xp=xp)
-    N, H, Wd, _ = X.shape
-    dZp = _padded(dZ, (kh - 1 - padding[0], kw - 1 - padding[1]))
+    (kh, kw, Ci, Co), (N, H, Wd, _) = W.shape, X.shape
+    pad = _correlate_pad(dZ.shape[1:3], (kh, kw), (H, Wd), padding)
+    if min(min(pad)) < 0 or np.result_type(X, dZ, W) != X.dtype:
+        return _backward_s1_portable(X, dZ, W, padding, xp=xp)  # separately
     W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
     Xm = np.reshape(np.ascontiguousarray(X), (-1, Ci))
     dX, per = np.empty_like(Xm), H * Wd
 
     def task(blocks, step):
-        windows = _BlockWindows(step, dZp, (kh, kw), (1, 1))
+        windows = _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
         dW_rot = 0
         for i0, i1 in blocks:
             B = windows.fill(i0, i1)
@@ -794,7 +801,7 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp):
             dW_rot = dW_rot + Xm[i0 * per : i1 * per].T @ B  # (C_in, k_h·k_w·C_out)
         return dW_rot
 
-    per_image = _block_windows_per_image(dZp, (kh, kw), (1, 1))
+    per_image = _BlockWindows(1, dZ[:1], (kh, kw), (1, 1), pad).bytes
     parts = _map_image_groups(task, N, per_image, xp=xp)
     dW_rot = np.reshape(sum(parts[1:], parts[0]), (Ci, kh, kw, Co))
     dW = np.transpose(np.flip(dW_rot, axis=(1, 2)), (1, 2, 0, 3))
@@ -921,15 +928,15 @@ class Conv2D(Layer):
         H, W, _ = input_shape
         return (out_size(H, kh, sh, ph), out_size(W, kw, sw, pw), self.out_channels)
 
-    def _workspace(self, Xp):
+    def _workspace(self, X):
         """The layer's scratch buffer (see :class:`Workspace`) for ``dX`` with a
         stride past 1, reserved for ``W dZᵀ`` ("fold") or the padded ``dZ``'s
         windows of as many images as the forward's window matrix holds
         ("correlate"); stride-1 ``dX`` and the forward's windows work in image
         blocks on NumPy and do not use it."""
-        (kh, kw), (sh, sw), _ = self._geometry()
-        N, Hp, Wp, Ci = Xp.shape  # the padded input
-        rows = N * out_size(Hp, kh, sh, 0) * out_size(Wp, kw, sw, 0)
+        (kh, kw), (sh, sw), (ph, pw) = self._geometry()
+        N, H, Wd, Ci = X.shape
+        rows = N * out_size(H, kh, sh, ph) * out_size(Wd, kw, sw, pw)
         work = getattr(self, "_cache_work", None) or Workspace()
         work.reserve = rows * kh * kw * max(Ci, self.out_channels)
         self._cache_work = work
@@ -941,15 +948,13 @@ class Conv2D(Layer):
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
         W, b = self.params["W"], self.params["b"]
-        (ph, pw), unpadded = padding, (0, 0)
-        Xp = dilate_pad(X, (1, 1), (ph, ph), (pw, pw), xp=xp)  # once, for dW too
-        Z = conv_forward(Xp, W, b, stride=stride, padding=unpadded, xp=xp)
-        self._cache = (X, Xp)  # dW rebuilds the windows
+        Z = conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
+        self._cache = X  # dW rebuilds the windows
         return Z
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
-        X, Xp = self._cache
+        X = self._cache
         _, stride, padding = self._geometry()
         W = self.params["W"]
         self.grads["b"] = bias_grad(dZ, xp=xp)
@@ -957,9 +962,9 @@ class Conv2D(Layer):
         if method == "correlate" and tuple(stride) == (1, 1):
             dX, self.grads["W"] = conv_backward_s1(X, dZ, W, padding, xp=xp)
             return dX
-        where = {"stride": stride, "padding": (0, 0), "xp": xp}
-        self.grads["W"] = conv_weight_grad(Xp, dZ, W.shape[:2], **where)
-        grad, work = INPUT_GRAD[method], self._workspace(Xp)
+        where = {"stride": stride, "padding": padding, "xp": xp}
+        self.grads["W"] = conv_weight_grad(X, dZ, W.shape[:2], **where)
+        grad, work = INPUT_GRAD[method], self._workspace(X)
         return grad(dZ, W, tuple(X.shape[1:3]), stride, padding, xp=xp, work=work)
 
 
