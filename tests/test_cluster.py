@@ -553,16 +553,18 @@ def test_kmeans_one_blas_thread_starts_no_threads(monkeypatch):
         KMeans(**kw).fit(X)
 
 
+@pytest.mark.parametrize("bounded", [False, True])
 @pytest.mark.parametrize("one_thread", [True, False])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
-    monkeypatch, one_thread, weighted
+    monkeypatch, one_thread, weighted, bounded
 ):
     """The NumPy Lloyd step (labels written block by block, one shard of
     blocks per thread of a pool held for the run, changed rows taken from the
-    assignment, counts moved with them when all weights are 1) gives the
-    portable step's labels, sums and weights bit for bit at every iteration,
-    empty clusters included."""
+    assignment, counts moved with them when all weights are 1; with Hamerly's
+    bounds, only the rows they cannot keep scored) gives the portable step's
+    labels, sums and weights bit for bit at every iteration, empty clusters
+    included."""
     from threadpoolctl import threadpool_limits
 
     import xpml.cluster._kmeans as km
@@ -579,10 +581,17 @@ def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
     slow_step = dispatch("kmeans.lloyd_step", np, fast=False)
     assert fast_step is km._lloyd_step_numpy and slow_step is km._lloyd_step
     labels = sums = None
-    changed = []
+    changed, scored = [], []
+    candidates = km._Bounds.candidates
+    monkeypatch.setattr(
+        km._Bounds,
+        "candidates",
+        lambda self, C, B: scored.append(candidates(self, C, B)) or scored[-1],
+    )
     with threadpool_limits(1 if one_thread else 2), km._shard_runner(np) as shards:
         assert (shards is None) == one_thread
-        run = km.dataclasses.replace(data, shards=shards)
+        bounds = km._bounds_for(data, 12, np) if bounded else None
+        run = km.dataclasses.replace(data, shards=shards, bounds=bounds)
         for _ in range(12):
             fast = fast_step(run, C, labels, xp=np, previous_sums=sums)
             slow = slow_step(data, C, labels, xp=np, previous_sums=sums)
@@ -594,3 +603,69 @@ def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
             labels, sums = fast[0], fast[1:]
             C = km._means(*sums, C, xp=np)
     assert sums[1][7] == 0 and changed[0] > 0  # an empty cluster; rows moved
+    if bounded:  # most rows kept by their bounds once the centres settle
+        assert len(scored) == 10 and 0 < scored[-1].size < 400
+
+
+def test_kmeans_bounds_keep_every_answer_on_ties_and_duplicates(monkeypatch):
+    """Lloyd runs with Hamerly's bounds (NumPy, float64) and without them give
+    the same labels, centres, inertia and iterations bit for bit, on data with
+    exact distance ties (integer grid points, duplicated rows) and on blobs;
+    the bounds keep most rows from being scored."""
+    import xpml.cluster._kmeans as km
+
+    rng = np.random.default_rng(11)
+    grid = rng.integers(0, 5, size=(3000, 3)).astype(float)
+    blobs = 3.0 * rng.standard_normal((10, 6))[rng.integers(0, 10, 4000)]
+    blobs += rng.standard_normal((4000, 6))
+    scored = []
+    candidates = km._Bounds.candidates
+    for X, k in ((grid, 7), (blobs, 6), (blobs, 25)):
+        kw = dict(n_clusters=k, n_init=3, random_state=0, memory_budget=2**16)
+        with monkeypatch.context() as m:
+            m.setattr(
+                km._Bounds,
+                "candidates",
+                lambda self, C, B: scored.append(n := candidates(self, C, B)) or n,
+            )
+            bounded = KMeans(init="random", **kw).fit(X)
+        with monkeypatch.context() as m:
+            m.setattr(km, "_bounds_for", lambda *args: None)
+            full = KMeans(init="random", **kw).fit(X)
+        assert bounded.n_iter_ == full.n_iter_ > 2
+        np.testing.assert_array_equal(bounded.labels_, full.labels_)
+        np.testing.assert_array_equal(bounded.cluster_centers_, full.cluster_centers_)
+        assert bounded.inertia_ == full.inertia_
+    assert min(c.size for c in scored) < 0.05 * len(grid)
+
+
+def test_kmeans_bounds_rescore_every_row_near_a_boundary():
+    """Rows within 1e-15 … 1e-3 of the bisector of two centres, centres then
+    moved by 1e-13 … 1e-3: at every step the bounded NumPy step's labels are
+    the full assignment's (prev kept on ties), i.e. no row its bounds keep
+    could have changed cluster, rounding included."""
+    import xpml.cluster._kmeans as km
+    from xpml.kernels import point_factor
+
+    rng = np.random.default_rng(12)
+    n, d = 3000, 4
+    c0, c1 = rng.standard_normal(d), rng.standard_normal(d)
+    normal = (c1 - c0) / np.linalg.norm(c1 - c0)
+    base = rng.standard_normal((n, d))
+    base -= np.outer(base @ normal, normal) - (c0 + c1) / 2
+    offsets = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-15, -3, n)
+    X = base + offsets[:, None] * normal
+    C = np.stack([c0, c1, c0 + 8.0])
+    data = km._Data.make(X, np.ones(n), 3, xp=np)
+    run = km.dataclasses.replace(data, bounds=km._bounds_for(data, 40, np))
+    labels = km._nearest_numpy(data.A, point_factor(C, xp=np), None, xp=np)
+    sums = km._cluster_sums_numpy(labels, data.Xw, data.w, xp=np, k=3)
+    flips = 0
+    for step in range(40):
+        C = C + 10.0 ** -(3 + step % 11) * rng.standard_normal(C.shape)
+        full = km._nearest_numpy(data.A, point_factor(C, xp=np), labels, xp=np)
+        got, *sums = km._lloyd_step_numpy(run, C, labels, xp=np, previous_sums=sums)
+        np.testing.assert_array_equal(got, full)
+        flips += int(np.sum(got != labels))
+        labels = got
+    assert flips > 100

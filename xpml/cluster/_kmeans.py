@@ -6,10 +6,12 @@ the (weighted) mean of its points, computed as one matrix product with the
 one-hot assignment matrix (on NumPy: SciPy's sparse product, and after the
 first iterations only the points that changed cluster move between the sums;
 the scores are laid out centre by centre so that the nearest centre is one
-vectorised minimum). On a distance tie a point keeps its previous cluster
-(on the first assignment: the smallest cluster index). Random draws (initial
-centres, partitions) are made on the host with NumPy and moved to the device,
-so one seed gives the same clustering on every backend.
+vectorised minimum; in float64, Hamerly's bounds, moved by the centre shifts,
+leave unscored the rows that cannot change cluster, rounding included, so the
+labels are the full assignment's). On a distance tie a point keeps its
+previous cluster (on the first assignment: the smallest cluster index). Random
+draws (initial centres, partitions) are made on the host with NumPy and moved
+to the device, so one seed gives the same clustering on every backend.
 """
 
 from __future__ import annotations
@@ -319,7 +321,8 @@ def _query_factor_numpy(X, /, *, xp):
 class _Data:
     """What every Lloyd iteration reads: the points ``X``, their weights ``w``,
     ``Xw = w X``, ``A = [x, 1]`` (:func:`xpml.kernels.query_factor`), the
-    rows per assignment block and, during a run, its :func:`_shard_runner`."""
+    rows per assignment block and, during a run, its :func:`_shard_runner` and
+    (NumPy, float64) its :class:`_Bounds`."""
 
     X: object
     w: object
@@ -327,6 +330,7 @@ class _Data:
     A: object
     rows: int
     shards: object = None
+    bounds: object = None
 
     @classmethod
     def make(cls, X, w, k, /, *, xp, memory_budget=None):
@@ -393,6 +397,169 @@ def _moved_sums(labels, previous, moved, previous_sums, /, *, Xw, w, counts=Fals
     return sums, wsum
 
 
+# ------------------------------------------- Hamerly's bounds (NumPy, float64)
+BOUND_SLACK = 8.0
+"""Safety factor on the rounding bound of a score, ``K = (d + 4) eps`` per unit
+of ``‖x‖² + 3 max ‖c‖²`` (the product ``[x, 1]·[−2c, ‖c‖²]`` has ``d + 1``
+terms of absolute sum at most ``‖x‖² + 2‖c‖²``, and ``‖c‖²`` one rounding)."""
+
+MIN_GATHER_ROWS = 256
+"""A gathered chunk of candidate rows is padded to at least this many rows (and
+a multiple of 16): a product of that width takes OpenBLAS's general kernel,
+whose scores are those of the full assignment blocks bit for bit (narrow ones
+take a small-matrix or matrix-vector kernel and round differently)."""
+
+DENSE_BLOCK_SHARE = 1 / 3
+"""An assignment block with at least this share of candidate rows is scored
+whole, in place (cheaper than gathering them; its other rows get tighter
+bounds)."""
+
+
+@dataclasses.dataclass
+class _Bounds:
+    """Hamerly's bounds for one Lloyd run on NumPy (float64): ``upper[i]``
+    bounds the distance from ``xᵢ`` to ``C[labels[i]]`` from above and
+    ``lower[i]`` its distance to every other centre of ``C`` from below, up to
+    ``margin[i] + coef √3 R``. A run-scoped cache (like the shard pool), never
+    returned. A row with ``lower − upper`` over that margin, after the bounds
+    moved by the centre shifts, keeps its label in the full assignment too: its
+    true distances differ by more than ``√(2E)``, ``E`` the rounding bound of
+    a score, so the scores cannot reorder."""
+
+    points: object  # X, row-major (candidate rows are gathered from it)
+    xx: object  # ‖xᵢ‖²
+    margin: object  # coef ‖xᵢ‖
+    coef: float  # 4 √K + (2 max_iter + 8) eps: rounding of scores and bounds
+    radius: float = 0.0  # the largest ‖c‖ of the run so far
+    labels: object = None  # the labels the bounds are about (the last step's)
+    C: object = None  # the centres they were measured against
+    upper: object = None
+    lower: object = None
+
+    @classmethod
+    def make(cls, X, max_iter):
+        eps = np.finfo(np.float64).eps
+        K = BOUND_SLACK * (X.shape[1] + 4) * eps
+        coef = 4.0 * math.sqrt(K) + (2.0 * max_iter + 8.0) * eps
+        xx = np.einsum("ij,ij->i", X, X)
+        return cls(np.ascontiguousarray(X), xx, coef * np.sqrt(xx), coef)
+
+    def candidates(self, C, B):
+        """Move the bounds by the centre shifts since :attr:`C` and return the
+        rows they cannot keep in their cluster (in order)."""
+        self.radius = max(self.radius, math.sqrt(float(B[:, -1].max())))
+        diff = C - self.C
+        delta = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        delta *= 1.0 + (C.shape[1] + 4) * np.finfo(np.float64).eps
+        upper, lower = self.upper, self.lower
+        upper += delta.take(self.labels)
+        lower -= delta.max()
+        gap = lower - upper
+        gap -= self.margin
+        return np.flatnonzero(gap <= self.coef * math.sqrt(3.0) * self.radius)
+
+    def measure(self, rows, smin, second):
+        """Bounds of ``rows`` from their smallest and second-smallest scores."""
+        xx = self.xx[rows]
+        near, other = smin + xx, second + xx
+        self.upper[rows] = np.sqrt(np.maximum(near, 0.0, out=near))
+        self.lower[rows] = np.sqrt(np.maximum(other, 0.0, out=other))
+
+
+def _bounds_for(data, max_iter, xp):
+    """:class:`_Bounds` for a run on NumPy in float64 (float32's products round
+    differently by position, so its rows are all scored), else None."""
+    if not is_numpy_namespace(xp) or data.X.dtype != np.float64:
+        return None
+    return _Bounds.make(data.X, max_iter)
+
+
+def _two_nearest(St, prev):
+    """Labels of a chunk's columns of scores ``St`` (k, m) (``prev`` kept on a
+    tie, else the first of equal minima: :func:`_nearest_into`'s rule), the
+    columns whose label is not ``prev``, and the smallest and second-smallest
+    score of each column (``St`` is overwritten)."""
+    cols = np.arange(St.shape[1])
+    smin = St.min(axis=0)
+    lab = np.array(prev)
+    moved = np.flatnonzero(St[prev, cols] > smin)
+    if moved.size:
+        lab[moved] = np.argmin(St[:, moved], axis=0)
+    St[lab, cols] = np.inf
+    return lab, moved, smin, St.min(axis=0)
+
+
+def _chunk_scores(data, B, rows):
+    """``B A[rows]ᵀ`` (k, m): a slice is read in place; other rows are gathered
+    from the row-major points (:attr:`_Bounds.points`) into a padded block."""
+    if isinstance(rows, slice):
+        return B @ data.A[rows].T
+    m, d = rows.shape[0], data.X.shape[1]
+    width = max(MIN_GATHER_ROWS, -(-m // 16) * 16)
+    padded = np.full(width, rows[0], dtype=np.intp)
+    padded[:m] = rows
+    block = np.empty((width, d + 1))
+    block[:, :d] = data.bounds.points.take(padded, axis=0)
+    block[:, d] = 1.0
+    return (B @ block.T)[:, :m]
+
+
+def _candidate_chunks(active, n, rows):
+    """What to score: whole assignment blocks of ``rows`` rows (slices) where
+    at least :data:`DENSE_BLOCK_SHARE` of the rows are candidates (every block
+    when ``active`` is None) and long enough to read in place, then the other
+    candidates gathered in chunks of at most ``rows``."""
+    nblocks = -(-n // rows)
+    if active is None:
+        dense = np.ones(nblocks, dtype=bool)
+        active = np.arange(n)
+    else:
+        dense = np.bincount(active // rows, minlength=nblocks) >= (
+            DENSE_BLOCK_SHARE * rows
+        )
+    if n - (nblocks - 1) * rows < MIN_GATHER_ROWS:
+        dense[-1] = False  # a short last block is gathered and padded
+    chunks = [slice(b * rows, min(n, (b + 1) * rows)) for b in np.flatnonzero(dense)]
+    rest = active[~dense[active // rows]]
+    chunks += [rest[c0 : c0 + rows] for c0 in range(0, rest.shape[0], rows)]
+    return chunks
+
+
+def _assign_bounded(data, B, C, previous):
+    """:func:`_assign_numpy`'s ``(labels, moved)`` for a step after the first:
+    only the rows :meth:`_Bounds.candidates` names get scores (all of them
+    when the bounds are not about ``previous``), their bounds measured anew;
+    chunks of them split over ``data.shards`` when there are several."""
+    bd, n = data.bounds, data.A.shape[0]
+    if bd.labels is previous:
+        active = bd.candidates(C, B)
+    else:
+        active = None
+        bd.upper, bd.lower = np.empty(n), np.empty(n)
+    chunks = _candidate_chunks(active, n, data.rows)
+    labels = np.array(previous)
+
+    def run(c0, c1):
+        moved = []
+        for rows in chunks[c0:c1]:
+            lab, mv, smin, second = _two_nearest(
+                _chunk_scores(data, B, rows), previous[rows]
+            )
+            labels[rows] = lab
+            bd.measure(rows, smin, second)
+            if mv.size:
+                moved.append(mv + rows.start if isinstance(rows, slice) else rows[mv])
+        return moved
+
+    if data.shards is None or len(chunks) < 2:
+        parts = [run(0, len(chunks))]
+    else:
+        parts = data.shards(run, len(chunks))
+    bd.labels, bd.C = labels, C
+    moved = [m for part in parts for m in part]
+    return labels, (np.sort(np.concatenate(moved)) if moved else np.zeros(0, np.intp))
+
+
 @portable("kmeans.lloyd_step")
 def _lloyd_step(data, C, previous, /, *, xp, previous_sums=None):
     """One Lloyd iteration: assign every point to its nearest centre of ``C``
@@ -432,7 +599,10 @@ def _lloyd_step_numpy(data, C, previous, /, *, xp, previous_sums=None):
     (``Xw`` is then ``X`` itself, :func:`_weighted_points_numpy`) the cluster
     weights are counts that move with those rows."""
     B = point_factor(C, xp=xp)
-    labels, moved = _assign_numpy(data.A, B, previous, data.rows, data.shards)
+    if data.bounds is not None and previous is not None:
+        labels, moved = _assign_bounded(data, B, C, previous)
+    else:
+        labels, moved = _assign_numpy(data.A, B, previous, data.rows, data.shards)
     if moved is None or previous_sums is None:
         return (
             labels,
@@ -445,10 +615,23 @@ def _lloyd_step_numpy(data, C, previous, /, *, xp, previous_sums=None):
     return (labels, *sums)
 
 
+def _bounded_step_example():
+    """A step with Hamerly's bounds from the step before (centres moved a little:
+    most rows kept by their bounds, some near the boundaries scored)."""
+    (data, C, previous), kw = _lloyd_step_example()
+    data = dataclasses.replace(data, bounds=_bounds_for(data, 10, np))
+    labels, *sums = _lloyd_step_numpy(data, C, previous, **{**kw, "xp": np})
+    C = C + 0.05 * np.random.default_rng(2).standard_normal(C.shape)
+    return (data, C, labels), {"xp": None, "previous_sums": tuple(sums)}
+
+
 for _case in ({"weighted": True}, {"first": True}):  # more agreement examples
     fast_path(
         "kmeans.lloyd_step", "numpy", example=lambda c=_case: _lloyd_step_example(**c)
     )(_lloyd_step_numpy)
+fast_path("kmeans.lloyd_step", "numpy", example=_bounded_step_example)(
+    _lloyd_step_numpy
+)
 
 
 def _means(sums, wsum, C_old, /, *, xp):
@@ -547,9 +730,9 @@ def _lloyd(data, C, max_iter, tol, /, *, xp):
     """Lloyd's iterations from centres ``C``; scikit-learn's stopping rules
     (labels unchanged, or squared centre shift <= tol)."""
     with _shard_runner(xp) as shards:
-        return _lloyd_run(
-            dataclasses.replace(data, shards=shards), C, max_iter, tol, xp=xp
-        )
+        bounds = _bounds_for(data, max_iter, xp)
+        run = dataclasses.replace(data, shards=shards, bounds=bounds)
+        return _lloyd_run(run, C, max_iter, tol, xp=xp)
 
 
 def _lloyd_run(data, C, max_iter, tol, /, *, xp):
@@ -688,9 +871,12 @@ array (n_clusters, n_features)
         ``threadpoolctl.threadpool_limits(1)``).
     algorithm : {"lloyd", "elkan"}, default="lloyd"
         Accepted for scikit-learn compatibility; "elkan" runs Lloyd's
-        iterations too (the same answer: Elkan's triangle-inequality bounds only
-        skip distance computations, which on a GPU or a BLAS cost less than the
-        bookkeeping).
+        iterations too (the same answer: triangle-inequality bounds only skip
+        distance computations). On NumPy in float64 both keep Hamerly's two
+        bounds per point (O(n) bookkeeping), which skip the rows that cannot
+        change cluster, with a margin for rounding, so the labels are those of
+        the full assignment; elsewhere every row is scored (on a GPU the
+        products cost less than the bookkeeping).
     verbose : int, default=0
         Accepted for scikit-learn compatibility; nothing is printed.
     copy_x : bool, default=True
@@ -715,7 +901,8 @@ array (n_clusters, n_features)
 
     References
     ----------
-    Lloyd (1982); Arthur & Vassilvitskii (2007), *k-means++*.
+    Lloyd (1982); Arthur & Vassilvitskii (2007), *k-means++*; Hamerly (2010),
+    *Making k-means even faster* (the bounds).
 
     Examples
     --------
