@@ -579,6 +579,37 @@ def test_logistic_subsample_start_not_taken_when_warm_or_separable(monkeypatch):
     np.testing.assert_array_equal(s.coef_, full.coef_)
 
 
+@pytest.mark.parametrize("C", [1.0, np.inf])
+def test_logistic_binary_newton_runs_with_one_blas_thread(monkeypatch, C):
+    """The binary Newton solve (cache-sized row blocks) limits NumPy's BLAS to
+    one thread while it runs, and gives it back after; the multinomial solve
+    leaves it alone."""
+    import os
+
+    from xpml.linalg import one_blas_thread
+    from xpml.linear_model import _logistic
+
+    if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
+        pytest.skip("BLAS has one thread here anyway")
+    seen = []
+    for name in ("_newton_steps", "_solve_quasi_newton"):
+        inner = getattr(_logistic.LogisticRegression, name)
+
+        def spy(self, *args, _inner=inner, **kwargs):
+            seen.append(one_blas_thread(np))
+            return _inner(self, *args, **kwargs)
+
+        monkeypatch.setattr(_logistic.LogisticRegression, name, spy)
+    X, y, _ = _many_rows()
+    LogisticRegression(solver="newton", C=C).fit(X, y)
+    assert seen and all(seen)
+    assert not one_blas_thread(np)
+    seen.clear()
+    X3, y3 = load_wine(return_X_y=True)
+    LogisticRegression(solver="newton", max_iter=5).fit(X3 / X3.max(0), y3)
+    assert seen and not any(seen)
+
+
 def test_logistic_fused_scores_and_gradient(xp):
     """The one-pass scores' change and gradient (row blocks on NumPy) equal the
     two products ``X e`` and ``Xᵀ ω (σ(z + X e) − y)`` (one block, by hand)."""

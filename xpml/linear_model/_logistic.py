@@ -12,6 +12,7 @@ intercept ``b`` is never penalised. Newton solves ``H e = −∇F`` with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -20,6 +21,7 @@ from numbers import Integral, Real
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin
 from xpml.exceptions import ConvergenceWarning, SeparableDataWarning, warn
+from xpml.linalg import _single_threaded_blas
 from xpml.linear_model._base import (
     LinearClassifierMixin,
     SklearnInputMixin,
@@ -619,7 +621,16 @@ class LogisticRegression(
     def _solve_newton(self, X, Y, sw, W, b, /, *, lam, xp, binary, cold=False):
         """Newton (IRLS); for two classes and many rows from a cold start, the
         warm start of :meth:`_subsample_start` and the quasi-Newton steps of
-        :meth:`_solve_quasi_newton`, else the full Newton steps."""
+        :meth:`_solve_quasi_newton`, else the full Newton steps. For two
+        classes on NumPy, with one BLAS thread (as the SMO solve): its products
+        are cache-sized row blocks, on which a second thread mostly waits."""
+        limit = _single_threaded_blas(xp) if binary else None
+        with limit or contextlib.nullcontext():
+            return self._newton_solve(
+                X, Y, sw, W, b, lam=lam, xp=xp, binary=binary, cold=cold
+            )
+
+    def _newton_solve(self, X, Y, sw, W, b, /, *, lam, xp, binary, cold):
         start = None
         if binary and cold:
             start = self._subsample_start(X, Y[:, 0], sw, W, b, lam=lam, xp=xp)
