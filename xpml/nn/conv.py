@@ -13,20 +13,27 @@ bias gradient sums ``dZ`` over ``n, h, w``; ``dX`` either correlates ``dZ`` --
 zero-upsampled by the stride and padded by ``k − 1 − pad`` -- with the
 180°-rotated, in/out-transposed kernel, or (the default) scatters ``W dZᵀ``
 back onto the input windows, one kernel offset at a time (:func:`fold`, into a
-channels-first buffer: ``dX`` is an NHWC view of it). With stride 1 on NumPy
-both work on the flattened padded grid, where a kernel offset is a shift by a
-whole number of rows: one product ``W dZ_gridᵀ`` and ``k_h·k_w`` shifted adds
-of long contiguous runs (:func:`input_grad_stride1`).
+channels-first buffer: ``dX`` is an NHWC view of it).
 Pooling gradients are scattered back the same way: max pooling routes them to
 the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
 
-On NumPy a :class:`Conv2D` layer keeps one scratch buffer (:class:`Workspace`)
-the size of the forward's window matrix: its windows are copied into it, and
-once ``dW`` is formed the backward's matrix overwrites them (``W dZᵀ``, or the
-padded ``dZ``'s windows a group of images at a time). A call so maps fresh
-memory for one such matrix instead of two or three, and later calls reuse it
-(issue 16: fresh memory is page-faulted in on first touch).
+On NumPy the layer's products run a block of images at a time (~1 MB of
+windows, built in cache just before their product, blocks split among
+threads; see :data:`BLOCK_BYTES`). Each thread pads its block into a small
+zero-margined buffer whose window view is made once, so no padded copy of a
+whole batch is made. With stride 1, "fold" works on the flattened padded grid,
+where a kernel offset is a shift by a whole number of rows: one product
+``W dZ_gridᵀ`` whose ``k_h·k_w`` shifted terms are one strided view, summed
+(:func:`input_grad_stride1`); "correlate" copies the padded ``dZ``'s windows
+``B`` once per block and takes both ``dX = B W_rot`` and ``dW`` (``Xᵀ B``,
+read back flipped) from them (:func:`conv_backward_s1`), so its backward
+copies one window matrix rather than two.
+
+With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
+(:class:`Workspace`) for ``dX``'s large intermediate (``W dZᵀ``, or the padded
+``dZ``'s windows a group of images at a time), reused by later calls (issue
+16: fresh memory is page-faulted in on first touch).
 """
 
 from __future__ import annotations
@@ -832,10 +839,12 @@ class Conv2D(Layer):
         Initialiser of the weights (fan-in ``k_h k_w C_in``); the bias starts at 0.
     input_grad : {"fold", "correlate"}, default="fold"
         How ``backward`` computes ``dX``: scattering ``W dZ`` back onto the input
-        windows (col2im; the default, less memory traffic than "correlate", which
-        gathers a window matrix of the padded ``dZ``), or correlating the
-        stride-upsampled, padded ``dZ`` with the rotated kernel (ALGORITHMS.md
-        §0.3). Both equal PyTorch autograd to rounding (tested over the same grid).
+        windows (col2im; the default: with a stride past 1 it skips the zeros
+        that "correlate" multiplies), or correlating the stride-upsampled, padded
+        ``dZ`` with the rotated kernel (ALGORITHMS.md §0.3). With stride 1 on
+        NumPy "correlate" is the faster of the two (``dW`` comes from the same
+        windows). Both equal PyTorch autograd to rounding (tested over the same
+        grid).
     random_state : int, Generator or None
         Seed used when the layer is built on its own (a Sequential passes its own).
 
