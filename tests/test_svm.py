@@ -750,3 +750,45 @@ def test_shrinking_in_groups_matches_no_shrinking_and_sklearn():
     ref = sk_svm.SVC(tol=1e-5).fit(X, y)
     np.testing.assert_array_equal(ours.support_, ref.support_)
     np.testing.assert_allclose(ours.dual_coef_, ref.dual_coef_, atol=1e-3)
+
+
+def test_rows_used_once_skip_the_cache_with_the_same_solution(monkeypatch):
+    """Where the cache cannot hold every row, a row computed for a variable
+    that moved to a bound goes through a scratch block and is not cached
+    (``_used_once``); the solution is the one that caches every row: same
+    support vectors, dual and gradient (d = 2, most SVs at the bound)."""
+    import array_api_compat.numpy as cnp
+
+    import xpml.svm._smo as smo
+
+    X, y = datasets.make_classification(
+        n_samples=1500, n_features=2, n_informative=2, n_redundant=0, random_state=1
+    )
+    X = StandardScaler().fit_transform(X)
+    ypm = np.where(y == 1, 1.0, -1.0)
+    gamma = 1.0 / (2 * X.var())
+    once = []
+    product_once = smo._product_once
+
+    def spy(rows, B, d):
+        once.append(B.shape[0])
+        return product_once(rows, B, d)
+
+    def solve():
+        budget = 1500 * 8 * 300  # 300 of the 1500 rows
+        rows = KernelRows(
+            X, "rbf", {"gamma": gamma}, xp=cnp, memory_budget=budget, q=64
+        )
+        return smo.smo_solve(
+            rows, ypm, np.ones(1500), xp=cnp, tol=1e-5, shrinking=False
+        )
+
+    monkeypatch.setattr(smo, "_product_once", spy)
+    skipped = solve()
+    assert sum(once) > 50 and skipped.converged
+    monkeypatch.setattr(smo, "_used_once", lambda rows, B, a, C: np.zeros(len(B), bool))
+    cached = solve()
+    np.testing.assert_array_equal(skipped.alpha > 0, cached.alpha > 0)
+    np.testing.assert_allclose(skipped.dual, cached.dual, rtol=1e-9)
+    K = np.exp(-gamma * ((X[:, None] - X[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(skipped.v, ypm - K @ (ypm * skipped.alpha), atol=1e-8)
