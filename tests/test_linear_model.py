@@ -422,6 +422,30 @@ def test_ridge_reused_block_buffer_is_bit_identical(dtype, targets, weighted):
     assert np.all(np.isfinite(coef))
 
 
+def test_ridge_normal_equations_run_with_one_blas_thread(monkeypatch):
+    """Ridge's NumPy normal equations (cache-sized blocks) limit BLAS to one
+    thread while their products run, and give it back after."""
+    import os
+
+    from xpml.linalg import one_blas_thread
+    from xpml.linear_model import _ridge
+
+    if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
+        pytest.skip("BLAS has one thread here anyway")
+    seen = []
+    inner = _ridge.block_rows
+
+    def spy(X, /, *, xp):  # asked for inside the blocked products
+        seen.append(one_blas_thread(np))
+        return inner(X, xp=xp)
+
+    monkeypatch.setattr(_ridge, "block_rows", spy)
+    X, y, _ = _regression(n=300, d=5)
+    Ridge(alpha=1.0).fit(X, y)
+    assert seen and all(seen)
+    assert not one_blas_thread(np)
+
+
 def test_blocked_products_equal_one_block(xp):
     """The cache-blocked one-pass products (NumPy fast path) equal the single-block ones."""
     from xpml.linear_model._logistic import _binary_newton_system

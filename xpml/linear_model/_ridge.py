@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,6 +11,7 @@ from xpml._backend import to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.exceptions import ConvergenceWarning, warn
+from xpml.linalg import _single_threaded_blas
 from xpml.linear_model._base import (
     SklearnInputMixin,
     block_rows,
@@ -139,9 +141,16 @@ def _centred_normal_equations_numpy(X, y, x_off, y_off, sqrt_w, /, *, xp, rows=N
     """The portable twin's products, each block centred into one reused buffer
     (``out=``) instead of a fresh ~2 MiB array per block: a first fit faults in
     one block's pages, not those of every block glibc maps and trims (issue
-    16). Same operations in the same order: the same numbers, bit for bit."""
+    16). Same operations in the same order: the same numbers, bit for bit.
+    BLAS runs with one thread meanwhile: on products of cache-sized blocks a
+    second thread mostly waits (and spins)."""
+    with _single_threaded_blas(np) or contextlib.nullcontext():
+        return _blocked_normal_equations(X, y, x_off, y_off, sqrt_w, rows=rows)
+
+
+def _blocked_normal_equations(X, y, x_off, y_off, sqrt_w, /, *, rows):
     n, d = X.shape
-    rows = min(rows or block_rows(X, xp=xp), n)
+    rows = min(rows or block_rows(X, xp=np), n)
     buf = np.empty((rows, d), dtype=X.dtype)
     G = np.zeros((d, d), dtype=X.dtype)
     c = np.zeros((d,) + tuple(y.shape[1:]), dtype=X.dtype)
