@@ -669,3 +669,21 @@ def test_kmeans_bounds_rescore_every_row_near_a_boundary():
         flips += int(np.sum(got != labels))
         labels = got
     assert flips > 100
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kmeans_moved_rows_sum_as_ufunc_at(dtype):
+    """The NumPy Lloyd step's incremental sums (rows added to their new
+    cluster in order, then taken from their old one) equal ``np.add.at`` then
+    ``np.subtract.at`` bit for bit, repeated clusters included."""
+    from xpml.cluster._kmeans import _move_rows
+
+    rng = np.random.default_rng(13)
+    sums = (100.0 * rng.standard_normal((6, 9))).astype(dtype)
+    rows = rng.standard_normal((500, 9)).astype(dtype)
+    to, back = rng.integers(0, 6, 500), rng.integers(0, 6, 500)
+    expected = sums.copy()
+    np.add.at(expected, to, rows)
+    np.subtract.at(expected, back, rows)
+    _move_rows(sums, rows, to, back)
+    np.testing.assert_array_equal(sums, expected)

@@ -55,8 +55,9 @@ from xpml.utils.validation import check_random_state
 
 try:  # the NumPy scatter-add's sparse product (scikit-learn depends on SciPy)
     import scipy.sparse as _sparse
+    from scipy.sparse import _sparsetools  # its kernels: y += A x in place
 except ImportError:  # pragma: no cover - SciPy is optional
-    _sparse = None
+    _sparse = _sparsetools = None
 
 __all__ = ["KMeans"]
 
@@ -390,11 +391,29 @@ def _moved_sums(labels, previous, moved, previous_sums, /, *, Xw, w, counts=Fals
         wsum = np.bincount(labels, weights=w, minlength=k).astype(w.dtype, copy=False)
     sums = np.array(sums, dtype=Xw.dtype)
     if moved.size:
-        rows = Xw[moved]
-        np.add.at(sums, labels[moved], rows)
-        np.subtract.at(sums, previous[moved], rows)
+        _move_rows(sums, Xw[moved], labels[moved], previous[moved])
         sums[wsum == 0] = 0.0
     return sums, wsum
+
+
+def _move_rows(sums, rows, to, back):
+    """``sums[to[i]] += rows[i]`` for every ``i`` in order, then
+    ``sums[back[i]] -= rows[i]``, in place: ``np.add.at``'s sums bit for bit.
+    With SciPy, as two products of a sparse ``(k, m)`` matrix of ±1 that its
+    kernel adds into ``sums`` column after column (``y + (±1)x`` rounds as
+    ``y ± x``; about 25x faster than ``np.add.at`` at m = 3000, d = 20)."""
+    m = rows.shape[0]
+    kernel = getattr(_sparsetools, "csc_matvecs", None)
+    if kernel is None or not sums.flags.c_contiguous:
+        np.add.at(sums, to, rows)
+        np.subtract.at(sums, back, rows)
+        return
+    flat, k, d = np.ascontiguousarray(rows).reshape(-1), *sums.shape
+    starts = np.arange(m + 1, dtype=to.dtype)
+    for index, sign in ((to, 1.0), (back, -1.0)):
+        kernel(
+            k, m, d, starts, index, np.full(m, sign, rows.dtype), flat, sums.reshape(-1)
+        )
 
 
 # ------------------------------------------- Hamerly's bounds (NumPy, float64)
@@ -409,7 +428,7 @@ a multiple of 16): a product of that width takes OpenBLAS's general kernel,
 whose scores are those of the full assignment blocks bit for bit (narrow ones
 take a small-matrix or matrix-vector kernel and round differently)."""
 
-DENSE_BLOCK_SHARE = 1 / 3
+DENSE_BLOCK_SHARE = 1 / 2
 """An assignment block with at least this share of candidate rows is scored
 whole, in place (cheaper than gathering them; its other rows get tighter
 bounds)."""
@@ -475,33 +494,38 @@ def _bounds_for(data, max_iter, xp):
 
 
 def _two_nearest(St, prev):
-    """Labels of a chunk's columns of scores ``St`` (k, m) (``prev`` kept on a
-    tie, else the first of equal minima: :func:`_nearest_into`'s rule), the
-    columns whose label is not ``prev``, and the smallest and second-smallest
-    score of each column (``St`` is overwritten)."""
-    cols = np.arange(St.shape[1])
+    """Labels of the columns of scores ``St`` (k, m), C-ordered (``prev`` kept
+    on a tie, else the first of equal minima: :func:`_nearest_into`'s rule),
+    the columns whose label is not ``prev``, and the smallest and
+    second-smallest score of each column (``St`` is overwritten)."""
+    m = St.shape[1]
+    flat = St.reshape(-1)  # a view: St[j, i] = flat[j m + i]
+    at = prev * m
+    at += np.arange(m)
     smin = St.min(axis=0)
+    moved = np.flatnonzero(flat.take(at) > smin)
     lab = np.array(prev)
-    moved = np.flatnonzero(St[prev, cols] > smin)
     if moved.size:
         lab[moved] = np.argmin(St[:, moved], axis=0)
-    St[lab, cols] = np.inf
+        at[moved] += (lab[moved] - prev[moved]) * m
+    flat[at] = np.inf
     return lab, moved, smin, St.min(axis=0)
 
 
 def _chunk_scores(data, B, rows):
-    """``B A[rows]ᵀ`` (k, m): a slice is read in place; other rows are gathered
-    from the row-major points (:attr:`_Bounds.points`) into a padded block."""
+    """``(B A[rows']ᵀ, rows')`` (k, m'): a slice ``rows' = rows`` is read in
+    place; other rows are gathered from the row-major points
+    (:attr:`_Bounds.points`) into a block padded with copies of the first
+    (``rows'``, at least :data:`MIN_GATHER_ROWS` and a multiple of 16)."""
     if isinstance(rows, slice):
-        return B @ data.A[rows].T
+        return B @ data.A[rows].T, rows
     m, d = rows.shape[0], data.X.shape[1]
-    width = max(MIN_GATHER_ROWS, -(-m // 16) * 16)
-    padded = np.full(width, rows[0], dtype=np.intp)
+    padded = np.full(max(MIN_GATHER_ROWS, -(-m // 16) * 16), rows[0], dtype=np.intp)
     padded[:m] = rows
-    block = np.empty((width, d + 1))
+    block = np.empty((padded.shape[0], d + 1))
     block[:, :d] = data.bounds.points.take(padded, axis=0)
     block[:, d] = 1.0
-    return (B @ block.T)[:, :m]
+    return B @ block.T, padded
 
 
 def _candidate_chunks(active, n, rows):
@@ -542,9 +566,11 @@ def _assign_bounded(data, B, C, previous):
     def run(c0, c1):
         moved = []
         for rows in chunks[c0:c1]:
-            lab, mv, smin, second = _two_nearest(
-                _chunk_scores(data, B, rows), previous[rows]
-            )
+            St, padded = _chunk_scores(data, B, rows)
+            lab, mv, smin, second = _two_nearest(St, previous[padded])
+            if not isinstance(rows, slice):  # drop the padding
+                m = rows.shape[0]
+                lab, mv, smin, second = lab[:m], mv[mv < m], smin[:m], second[:m]
             labels[rows] = lab
             bd.measure(rows, smin, second)
             if mv.size:
