@@ -42,3 +42,60 @@ def test_forest_blocks_route_like_each_tree():
         np.testing.assert_array_equal(leaves[:, t], member.apply(X))
     mean = np.mean([m.predict_proba(X) for m in forest.estimators_], axis=0)
     np.testing.assert_allclose(forest.predict_proba(X), mean, rtol=0, atol=1e-12)
+
+
+def _value_sum_cases():
+    """Stacks and arguments for the NumPy value sum: the registered examples
+    (classifier forests over three slices of rows, chunks of two trees, a
+    mask with NaN in X, two outputs) and a masked regression forest."""
+    from xpml.ensemble import RandomForestRegressor
+    from xpml.tree import _stack
+
+    for kw in ({}, {"mask": True, "missing": True}, {"n_outputs": 2, "mask": True}):
+        yield _stack._value_sum_example(**{"mask": False, "missing": False, **kw})
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 8))
+    y = 3 * X[:, 0] + rng.normal(size=3000)
+    forest = RandomForestRegressor(13, max_depth=8, random_state=0).fit(X, y)
+    trees = [_stack.host_tree(m) for m in forest.estimators_]
+    stack = _stack.stack_trees(trees, np, "cpu")
+    mask = rng.random((13, 3000)) < 0.4
+    yield (X, stack), {"xp": np, "mask": mask, "max_elements": 3 * 3000 + 5}
+
+
+def test_forest_value_sum_numpy_equals_portable_to_the_bit():
+    """The NumPy value sum (slices of rows, one reused buffer per tree) adds
+    the leaf values in the portable order (trees in turn within a chunk,
+    then the chunks), so its sums are the same to the bit; summing all trees
+    in one chunk instead is not (the grouping is visible)."""
+    from xpml.tree._stack import _value_sum, _value_sum_numpy
+
+    for (X, stack), kw in _value_sum_cases():
+        fast, slow = _value_sum_numpy(X, stack, **kw), _value_sum(X, stack, **kw)
+        assert fast.shape == slow.shape and fast.dtype == slow.dtype
+        np.testing.assert_array_equal(fast, slow)
+        one_chunk = _value_sum(X, stack, **{**kw, "max_elements": 1 << 40})
+        assert not np.array_equal(one_chunk, slow)
+
+
+def test_forest_oob_and_proba_unchanged_by_value_sum_path(monkeypatch):
+    """Forest predict_proba and the out-of-bag attributes, NaN in X, are
+    the same to the bit whether the stack sums values on the NumPy path or
+    the portable one."""
+    from xpml.tree import _stack
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(4000, 6))
+    y = (X[:, 0] - X[:, 1] > 0.2).astype(np.int64) + (X[:, 2] > 1)
+    X[rng.random(X.shape) < 0.05] = np.nan
+
+    def fit_predict():
+        f = RandomForestClassifier(9, max_depth=7, oob_score=True, random_state=1)
+        f.fit(X, y)
+        return f.predict_proba(X), f.oob_decision_function_, f.oob_score_
+
+    fast = fit_predict()
+    monkeypatch.setattr(_stack, "dispatch", lambda op, xp: _stack._value_sum)
+    slow = fit_predict()
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)

@@ -415,17 +415,7 @@ class _BaseBagging(Members, BaseEstimator):
         subsets = getattr(self, "_subsets", False)
         if not subsets and all(isinstance(m, _BaseDecisionTree) for m in members):
             stack = cached_stack(self, members, ctx)
-            for a, rows in stack.chunks(X, xp=xp, missing=missing):
-                if mask is not None:
-                    mk = xp.asarray(
-                        mask[a : a + int(rows.shape[0])],
-                        dtype=rows.dtype,
-                        device=ctx.device,
-                    )
-                    extra = (1,) * (len(rows.shape) - 2)  # per-output axes
-                    rows = rows * xp.reshape(mk, tuple(mk.shape) + extra)
-                s = xp.sum(rows, axis=0)
-                total = s if total is None else total + s
+            total = stack.value_sum(X, xp=xp, mask=mask, missing=missing)
         else:
             data = Training(ctx, X)
             for t, m in enumerate(members):

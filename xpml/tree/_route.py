@@ -229,8 +229,9 @@ def _deep_example(rng, *, n_trees, n, missing=False):
 @fast_path("tree.route", "numpy", example=_route_deep_example)
 @fast_path("tree.route", "numpy", example=_route_nan_example)
 @fast_path("tree.route", "numpy", example=_route_example)
-def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
-    """:func:`_route` on NumPy, in blocks of at most ``_ROUTE_BLOCK`` (tree,
+def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, out=None):
+    """:func:`_route` on NumPy (``out``: a flat int64 buffer of at least
+    T * n entries to write the leaves into), in blocks of at most ``_ROUTE_BLOCK`` (tree,
     row) pairs: a block of several trees walks a slice of the rows small
     enough (``_ROUTE_ROW_BYTES``) that they stay in cache from tree to tree.
     Each slice is copied column by column into one buffer (pairs at the same
@@ -249,7 +250,7 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False):
     rows, per = _block_shape(n, d, T, X.dtype.itemsize)
     every = max(1, int(compact_every))
     walk = _Walk(X, table, rows, every=every, missing=missing, size=min(T, per) * rows)
-    out = np.empty(T * n, dtype=np.int64)
+    out = np.empty(T * n, dtype=np.int64) if out is None else out[: T * n]
     for r0 in range(0, n, rows):
         r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
         at = walk.load(X, r)  # where row r's entries start in walk.X

@@ -19,8 +19,20 @@ from typing import Any
 import numpy as np
 
 from xpml._backend import move, to_numpy
-from xpml.tree._route import RoutingTable, route
-from xpml.utils._array_api import is_numpy_namespace, namespace_name
+from xpml.tree._route import (
+    _ROUTE_ROW_BYTES,
+    RoutingTable,
+    _route_numpy,
+    route,
+)
+from xpml.utils._array_api import (
+    device,
+    dispatch,
+    fast_path,
+    is_numpy_namespace,
+    namespace_name,
+    portable,
+)
 
 __all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
 
@@ -67,18 +79,128 @@ class TreeStack:
             object.__setattr__(self, "_top_codes", codes)  # a cache, not state
         return codes
 
+    def per_chunk(self, n, max_elements=1 << 19):
+        """Trees in one chunk of :meth:`chunks` over ``n`` rows."""
+        k = math.prod(int(s) for s in self.value.shape[1:])  # values per node
+        return max(1, max_elements // max(1, n * k))
+
     def chunks(self, X, *, xp, max_elements=1 << 19, missing=False):
         """Yield ``(first tree, leaf values (T_c, n, ...))`` over chunks of
         trees holding about ``max_elements`` (tree, row, value) entries each:
         small enough to stay in cache on a CPU."""
         n = int(X.shape[0])
-        k = math.prod(int(s) for s in self.value.shape[1:])  # values per node
-        per_chunk = max(1, max_elements // max(1, n * k))
+        per_chunk = self.per_chunk(n, max_elements)
         for a in range(0, self.n_trees, per_chunk):
             b = min(self.n_trees, a + per_chunk)
             leaves = self.leaves(X, xp=xp, trees=slice(a, b), missing=missing)
             rows = xp.take(self.value, xp.reshape(leaves, (-1,)), axis=0)
             yield a, xp.reshape(rows, (b - a, n) + tuple(rows.shape[1:]))
+
+    def value_sum(self, X, *, xp, mask=None, missing=False, max_elements=1 << 19):
+        """Σ_t mask[t, i] · value of the leaf row ``i`` of ``X`` reaches in
+        tree ``t`` (``mask``: host (T, n), default all ones), shape (n, ...):
+        the trees summed one after another within each chunk of
+        :meth:`chunks`, then the chunks' sums in order."""
+        walk = dispatch("tree.value_sum", xp)
+        return walk(
+            X, self, xp=xp, mask=mask, missing=missing, max_elements=max_elements
+        )
+
+
+@portable("tree.value_sum")
+def _value_sum(X, stack, *, xp, mask=None, missing=False, max_elements=1 << 19):
+    """:meth:`TreeStack.value_sum`: each chunk's leaf values gathered at once
+    and summed over its trees."""
+    total = None
+    for a, rows in stack.chunks(X, xp=xp, missing=missing, max_elements=max_elements):
+        if mask is not None:
+            mk = xp.asarray(
+                mask[a : a + int(rows.shape[0])], dtype=rows.dtype, device=device(X)
+            )
+            extra = (1,) * (len(rows.shape) - 2)  # per-output axes
+            rows = rows * xp.reshape(mk, tuple(mk.shape) + extra)
+        s = xp.sum(rows, axis=0)
+        total = s if total is None else total + s
+    return total
+
+
+def _value_sum_example(*, mask, missing, n_outputs=1):
+    """A small forest over rows in three slices and trees in chunks of two
+    (``mask``: random out-of-bag rows; ``missing``: NaN in ``X``)."""
+    from xpml.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(5)
+    d = 64  # rows of 512 bytes: slices of _ROUTE_ROW_BYTES // 512 rows
+    n = 2 * (_ROUTE_ROW_BYTES // (8 * d)) + 37
+    X = rng.normal(size=(n, d))
+    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+    if n_outputs > 1:
+        y = np.stack([y, (X[:, 2] > 0.3).astype(np.int64) * 2], axis=1)
+    if missing:
+        X[rng.random(X.shape) < 0.1] = np.nan
+    forest = RandomForestClassifier(5, max_depth=6, random_state=0).fit(X, y)
+    stack = stack_trees([host_tree(m) for m in forest.estimators_], np, "cpu")
+    k = math.prod(int(s) for s in stack.value.shape[1:])
+    kw = {"xp": np, "missing": missing, "max_elements": 2 * n * k + 1}
+    if mask:
+        kw["mask"] = rng.random((5, n)) < 0.4
+    return (X, stack), kw
+
+
+@fast_path(
+    "tree.value_sum",
+    "numpy",
+    example=lambda: _value_sum_example(mask=False, missing=False, n_outputs=2),
+)
+@fast_path(
+    "tree.value_sum",
+    "numpy",
+    example=lambda: _value_sum_example(mask=True, missing=True),
+)
+@fast_path(
+    "tree.value_sum",
+    "numpy",
+    example=lambda: _value_sum_example(mask=False, missing=False),
+)
+def _value_sum_numpy(X, stack, *, xp, mask=None, missing=False, max_elements=1 << 19):
+    """:func:`_value_sum` on NumPy, slice of rows by slice: every tree
+    routed over the slice at once (the routing copies the slice once, not
+    once per chunk), each tree's leaf values gathered into one reused buffer
+    and added in :func:`_value_sum`'s order (so the same sums to the bit),
+    with no (T_c, n, ...) temporary."""
+    n, d = int(X.shape[0]), int(X.shape[1])
+    T, per = stack.n_trees, stack.per_chunk(n, max_elements)
+    vs = tuple(int(s) for s in stack.value.shape[1:])
+    rows = max(1, min(n, _ROUTE_ROW_BYTES // max(1, d * X.dtype.itemsize)))
+    total = np.empty((n,) + vs, dtype=stack.value.dtype)
+    leaves = np.empty(T * rows, dtype=np.int64)
+    buf = np.empty((2, rows) + vs, dtype=stack.value.dtype)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        m, tot = r1 - r0, total[r0:r1]
+        lv = _route_numpy(X[r0:r1], stack.table, xp=np, missing=missing, out=leaves)
+        mk = None if mask is None else mask[:, r0:r1].astype(stack.value.dtype)
+        for a in range(0, T, per):
+            s = tot if a == 0 else buf[0, :m]
+            b = min(T, a + per)
+            _chunk_sum(
+                stack.value, lv[a:b], None if mk is None else mk[a:b], s, buf[1, :m]
+            )
+            if a:
+                np.add(tot, s, out=tot)
+    return total
+
+
+def _chunk_sum(value, leaves, mk, s, tmp):
+    """``s`` = Σ over the chunk's trees (``leaves`` (T_c, m)) of their leaf
+    values, each times its row of ``mk`` (T_c, m) when given."""
+    for t in range(int(leaves.shape[0])):
+        v = s if t == 0 else tmp
+        value.take(leaves[t], axis=0, out=v, mode="clip")
+        if mk is not None:
+            np.multiply(v, mk[t].reshape((-1,) + (1,) * (v.ndim - 1)), out=v)
+        if t:
+            np.add(s, v, out=s)
 
 
 def host_tree(est) -> dict:
