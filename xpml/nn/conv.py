@@ -38,7 +38,9 @@ With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat
@@ -481,8 +483,19 @@ def _map_image_groups(task, n, per_image, *, xp):
     groups = [
         blocks[t * nb // threads : (t + 1) * nb // threads] for t in range(threads)
     ]
-    with limits, ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda group: task(group, step), groups))
+    with limits:  # the calling thread runs the last group
+        pool = _workers(os.getpid(), threads - 1)
+        futures = [pool.submit(task, group, step) for group in groups[:-1]]
+        last = task(groups[-1], step)
+        return [f.result() for f in futures] + [last]
+
+
+@functools.cache
+def _workers(pid, count):
+    """The process's ``count`` worker threads for :func:`_map_image_groups`,
+    made once (a pool costs ~1 ms to start, and a layer call maps three or
+    four times); keyed by process id, so a forked child starts its own."""
+    return ThreadPoolExecutor(max_workers=count, thread_name_prefix="xpml-conv")
 
 
 def _window_view(Xp, kernel, stride):
