@@ -434,6 +434,11 @@ whole, in place (cheaper than gathering them; its other rows get tighter
 bounds)."""
 
 
+POOLED_CANDIDATES = 16384
+"""The candidate rows of a bounded step are split over the run's threads from
+this many on (fewer take a millisecond or two: one thread, no hand-off)."""
+
+
 @dataclasses.dataclass
 class _Bounds:
     """Hamerly's bounds for one Lloyd run on NumPy (float64): ``upper[i]``
@@ -553,7 +558,8 @@ def _assign_bounded(data, B, C, previous):
     """:func:`_assign_numpy`'s ``(labels, moved)`` for a step after the first:
     only the rows :meth:`_Bounds.candidates` names get scores (all of them
     when the bounds are not about ``previous``), their bounds measured anew;
-    chunks of them split over ``data.shards`` when there are several."""
+    chunks of them split over ``data.shards`` from :data:`POOLED_CANDIDATES`
+    rows on."""
     bd, n = data.bounds, data.A.shape[0]
     if bd.labels is previous:
         active = bd.candidates(C, B)
@@ -561,6 +567,7 @@ def _assign_bounded(data, B, C, previous):
         active = None
         bd.upper, bd.lower = np.empty(n), np.empty(n)
     chunks = _candidate_chunks(active, n, data.rows)
+    scored = n if active is None else active.shape[0]
     labels = np.array(previous)
 
     def run(c0, c1):
@@ -577,7 +584,7 @@ def _assign_bounded(data, B, C, previous):
                 moved.append(mv + rows.start if isinstance(rows, slice) else rows[mv])
         return moved
 
-    if data.shards is None or len(chunks) < 2:
+    if data.shards is None or len(chunks) < 2 or scored < POOLED_CANDIDATES:
         parts = [run(0, len(chunks))]
     else:
         parts = data.shards(run, len(chunks))
