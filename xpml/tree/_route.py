@@ -286,14 +286,14 @@ def _step_table(table, fmul, span):
     large table packs both in one array instead, ``column | left << shift``
     (``mask`` the low bits; ``left`` None), one gather for the two. Computed
     once per table and layout (a cache beside its arrays)."""
-    key = (fmul, span)
+    N = int(table.feature.shape[0])
+    key = (fmul, span if N >= _PACK_NODES else 0)  # span: for packing only
     cached = table.__dict__.get("_cache_step")
     if cached is not None and cached[0] == key:
         return cached[1]
     column = table.feature * fmul
     left, right = table.kids[0::2], table.kids[1::2]
     shift = max(1, (span - 1).bit_length())
-    N = int(table.feature.shape[0])
     step = (column, None, None, 0)
     if bool(np.all((right == left + 1) | table.leaf)):
         step = (column, np.ascontiguousarray(left), None, 0)
@@ -318,6 +318,11 @@ class _Walk:
             self.X, self.cols = np.reshape(X, (-1,)), None
             self.step = _step_table(table, 1, max(1, n * d))
         else:
+            # several trees: the same layout for every n (the step table of
+            # a large stack is then built once, not again for a short slice)
+            if int(table.roots.shape[0]) > 1:
+                cap = _ROUTE_ROW_BYTES // max(1, d * X.dtype.itemsize)
+                rows = max(rows, min(_ROUTE_BLOCK, cap))
             self.cols = np.empty((d, rows), dtype=X.dtype)
             self.X = np.reshape(self.cols, (-1,))
             self.step = _step_table(table, rows, max(1, d * rows))
