@@ -1322,3 +1322,23 @@ def test_split_search_fast_paths_are_bit_for_bit():
         got = G._best_position_numpy(score.copy(), keys, lens, **pick)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_block_lengths_do_not_change_forest_trees(monkeypatch):
+    """Nodes draw their feature subsets and join the table in one fixed order
+    per level, so padding nodes to other block lengths changes no tree of a
+    forest (nor its node numbering)."""
+    from xpml.ensemble import RandomForestClassifier
+    from xpml.tree import _grow
+
+    X, y = _noisy(3, n=600)
+    kw = dict(n_estimators=3, max_features=2, random_state=0)
+    ref = RandomForestClassifier(**kw).fit(X, y)
+    # every node padded to one length: blocks no longer follow the classes
+    monkeypatch.setattr(_grow, "_block_len", lambda n: np.full_like(n, 1024))
+    got = RandomForestClassifier(**kw).fit(X, y)
+    for a, b in zip(ref.estimators_, got.estimators_, strict=True):
+        for k in ("feature", "threshold", "children_left", "value"):
+            np.testing.assert_array_equal(
+                getattr(b, f"tree_{k}_"), getattr(a, f"tree_{k}_")
+            )

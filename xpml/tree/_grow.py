@@ -2,7 +2,7 @@
 
 Every open node of one depth (across all trees being grown) is processed
 together. Nodes are grouped by their number of samples into padded *node
-blocks* of length ``L`` (2^k or 1.5·2^k); for a block of nodes:
+blocks* of length ``L`` (2^k·{1, 1.25, 1.5, 1.75}); for a block of nodes:
 
 1. the candidate features' ranks at each node's samples are gathered into a
    ``(nodes, features, L)`` array, padded with the rank of ``+inf`` (each fit
@@ -525,40 +525,85 @@ def _grow_roots(g, samp, sampw, root_lens):
 
 def _grow_level(g, level):
     """Search every open node of one depth, block by block; add the accepted
-    splits' children and return the open ones as the next level."""
+    splits' children and return the open ones as the next level.
+
+    The children join the table, and the nodes draw their random numbers,
+    in one fixed order of the level (:func:`_level_draws`), whatever the
+    blocks: the trees do not depend on how nodes are grouped."""
     lens = g.table["n"][level.ids]
-    pieces, next_ids, next_starts, offset = [], [], [], 0
-    for sel, L in _plan_blocks(lens, g.m, g.budget):
+    canon, draws = _level_draws(g, level.ids, lens)
+    N = len(lens)
+    H, known, row_at = None, None, np.zeros(N, dtype=np.int64)
+    pieces, offset = [], 0
+    plan = _plan_blocks(lens, g.m, g.budget, fine=g.params.classification)
+    for sel, L in plan:
         blk = _Block(level.ids[sel], level.starts[sel], lens[sel], L)
         g.stats["node_blocks"] += 1
-        h, known, found_pieces, row_at = _search_block(g, level, blk)
-        kids = _accept(g, blk, h, known)
-        if kids is None:
-            continue
-        cids, rows, shift = kids
-        next_ids.append(cids)
-        next_starts.append(offset + row_at[rows] + shift)
+        kw = [None if a is None else a[sel] for a in draws]
+        h, kn, found_pieces, at = _search_block(g, level, blk, *kw)
+        if H is None:
+            H = np.zeros((N, h.shape[1]))
+            known = None if kn is None else np.zeros((N, kn.shape[1]), dtype=bool)
+        H[sel], row_at[sel] = h, offset + at
+        if kn is not None:
+            known[sel] = kn
         for rs, rw in found_pieces:
             pieces.append((rs, rw))
             offset += int(rs.shape[0]) * L
-    if not next_ids:
+    every = _Block(level.ids[canon], level.starts[canon], lens[canon], 0)
+    kids = _accept(g, every, H[canon], None if known is None else known[canon])
+    if kids is None:
         return _Level(np.zeros(0, np.int64), np.zeros(0, np.int64), None, None)
+    cids, rows, shift = kids
     xp = g.xp
     samp = xp.concat([xp.reshape(rs, (-1,)) for rs, _ in pieces])
     sampw = xp.concat([xp.reshape(rw, (-1,)) for _, rw in pieces])
-    return _Level(np.concatenate(next_ids), np.concatenate(next_starts), samp, sampw)
+    return _Level(cids, row_at[canon][rows] + shift, samp, sampw)
 
 
-def _search_block(g, level, blk):
+def _level_draws(g, ids, lens):
+    """The level's node order (positions into ``ids``) and the random numbers
+    of its nodes, drawn from each node's tree generator in that order: the
+    feature-subset keys (forests) and the random splitter's uniforms, as
+    blocks of :func:`_class_len` nodes drew them one block after another."""
+    keys = np.empty((len(ids), g.d)) if g.subset else None
+    U = np.empty((len(ids), g.d), dtype=np.int64)
+    U = U if g.params.splitter == "random" else None
+    plan = _plan(lens, g.m, g.budget, block_len=_class_len)
+    for sel, _ in plan:
+        if keys is not None:
+            keys[sel] = _node_draws(g, ids[sel], lambda r, k: r.random((k, g.d)))
+        if U is not None:  # integer multiples of 2^-53: they travel in the int upload
+            U[sel] = _node_draws(
+                g, ids[sel], lambda r, k: r.integers(0, 1 << 53, size=(k, g.d))
+            )
+    return np.concatenate([sel for sel, _ in plan]), (keys, U)
+
+
+def _node_draws(g, ids, draw):
+    """``draw(generator, k)`` rows for the nodes ``ids``, each from its tree's
+    generator (the same on every backend)."""
+    trees = g.table["tree"][ids]
+    out = None
+    for t in np.unique(trees):
+        rows = np.nonzero(trees == t)[0]
+        got = draw(g.rngs[t], len(rows))
+        if out is None:
+            out = np.empty((len(ids),) + got.shape[1:], dtype=got.dtype)
+        out[rows] = got
+    return out
+
+
+def _search_block(g, level, blk, keys=None, U=None):
     """Best split of every node of a block (host summary, one row per node),
     the nodes' known-constant features, and the device rows of entries sorted
     along the chosen feature, with each node's offset in them.
 
     Forest nodes whose drawn features hold constant ones re-draw those slots
-    and are searched again (only they), until no slot can be replaced."""
+    and are searched again (only they), until no slot can be replaced.
+    ``keys`` and ``U``: the nodes' random numbers (:func:`_level_draws`)."""
     nb, L = len(blk.ids), blk.L
-    draw = _Draw(g, blk) if g.subset else None
-    U = _uniforms(g, blk) if g.params.splitter == "random" else None
+    draw = _Draw(g, blk, keys) if g.subset else None
     rows = np.arange(nb)
     h, pieces, size = None, [], 0
     row_at = np.zeros(nb, dtype=np.int64)
@@ -578,18 +623,6 @@ def _search_block(g, level, blk):
         if not len(rows):
             return h[:, : h.shape[1] - g.m], draw.known, pieces, row_at
         g.stats["redraws"] += 1
-
-
-def _uniforms(g, blk):
-    """The random splitter's uniforms in [0, 1), one per node and feature,
-    drawn on the host from each node's tree generator (the same on every
-    backend), as integer multiples of 2^-53 so they travel in the int upload."""
-    U = np.empty((len(blk.ids), g.d), dtype=np.int64)
-    trees = g.table["tree"][blk.ids]
-    for t in np.unique(trees):
-        rows = np.nonzero(trees == t)[0]
-        U[rows] = g.rngs[t].integers(0, 1 << 53, size=(len(rows), g.d))
-    return U
 
 
 def _block_round(g, level, blk, F, U):
@@ -696,13 +729,8 @@ class _Draw:
     constant in the node (inherited from its parent) go to the end of the
     order; a drawn feature found constant is replaced by the next of the order."""
 
-    def __init__(self, g, blk):
+    def __init__(self, g, blk, keys):
         d, m = g.d, g.m
-        trees = g.table["tree"][blk.ids]
-        keys = np.empty((len(blk.ids), d))
-        for t in np.unique(trees):
-            rows = np.nonzero(trees == t)[0]
-            keys[rows] = g.rngs[t].random((len(rows), d))
         self.known = g.table["const"][blk.ids].copy()
         self.order = np.argsort(keys + 2.0 * self.known, axis=1, kind="stable")
         self.F = self.order[:, :m].copy()
@@ -1563,23 +1591,47 @@ def _interleave(a, b):
 
 
 # ----------------------------------------------------------- block planning
-def _block_len(n):
-    """Padded block length for nodes of ``n`` samples: 2^k or 1.5·2^k (at most
-    a third of a block is padding)."""
+def _class_len(n):
+    """Node classes of the level's fixed order (:func:`_level_draws`): 2^k
+    or 1.5·2^k, the least that holds ``n``."""
     n = np.maximum(n, 2)
     p = 1 << np.ceil(np.log2(n)).astype(np.int64)
     three_q = (3 * p) // 4
     return np.where((n <= three_q) & (p >= 4), three_q, p)
 
 
-def _plan_blocks(lens, m, budget, merge=1 << 12):
+def _block_len(n):
+    """Padded block length for nodes of ``n`` samples: the least of 2^k,
+    1.25·2^k, 1.5·2^k, 1.75·2^k that holds them (at most a fifth of a block
+    is padding past 8 entries; padding costs every pass of the search)."""
+    n = np.maximum(n, 2)
+    p = 1 << np.ceil(np.log2(n)).astype(np.int64)
+    L = p
+    for eighths in (7, 6, 5):  # 2^k·(5/4, 3/2, 7/4) with 2^k = p/2
+        q = (eighths * p) // 8
+        L = np.where((n <= q) & (p >= 8), q, L)
+    return np.where((n <= (3 * p) // 4) & (p == 4), 3, L)
+
+
+def _plan_blocks(lens, m, budget, *, fine=False):
     """Group nodes by padded length L (ascending) into blocks of at most
-    ``budget // (L m)`` nodes: a list of (node positions, L).
+    ``budget // (L m)`` nodes: a list of (node positions, L) (:func:`_plan`).
+
+    ``fine``: lengths of :func:`_block_len`, else of :func:`_class_len`.
+    Regression keeps the coarser ones: its children's sums are pairwise
+    sums along the padded rows, whose rounding depends on their length
+    (classification's are sequential, the same at any length)."""
+    return _plan(lens, m, budget, block_len=_block_len if fine else _class_len)
+
+
+def _plan(lens, m, budget, *, block_len, merge=1 << 12):
+    """Group nodes by padded length ``L = block_len(n)`` (ascending) into
+    blocks of at most ``budget // (L m)`` nodes: a list of (node positions, L).
 
     A group of short nodes joins the next longer group when the padding this
     adds (``nodes · ΔL · m`` elements) costs less than one more block's fixed
     overhead (about ``merge`` elements of work)."""
-    Ls = _block_len(lens)
+    Ls = block_len(lens)
     order = np.argsort(Ls, kind="stable")
     Ls_sorted = Ls[order]
     # merge consecutive length groups while the extra padding stays small
