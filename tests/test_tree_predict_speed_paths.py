@@ -99,3 +99,46 @@ def test_forest_oob_and_proba_unchanged_by_value_sum_path(monkeypatch):
     slow = fit_predict()
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
+
+
+def _sklearn_host_tree(sk):
+    """A fitted scikit-learn tree as a host tree dict (depth-first numbering:
+    a right child does not follow its left sibling)."""
+    t = sk.tree_
+    return {
+        "feature": t.feature.astype(np.int64),
+        "threshold": t.threshold,
+        "children_left": t.children_left.astype(np.int64),
+        "children_right": t.children_right.astype(np.int64),
+        "value": t.value[:, 0, :],
+        "missing_go_to_left": t.missing_go_to_left.astype(np.int64),
+        "max_depth": int(t.max_depth),
+    }
+
+
+def test_stack_of_trees_numbered_apart_routes_like_sklearn():
+    """A stack holding a tree whose siblings are not adjacent (scikit-learn's
+    depth-first numbering) beside xpml trees (adjacent) is walked through the
+    interleaved children, forest-sized or single: every tree's leaves are
+    the ones scikit-learn's and xpml's own ``apply`` give."""
+    from xpml.tree._stack import host_tree, stack_trees
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(5000, 4))
+    y = (X[:, 0] * X[:, 1] > 0).astype(np.int64)
+    sk = SkTree(max_depth=9, random_state=0).fit(X, y)
+    forest = RandomForestClassifier(3, max_depth=9, random_state=0).fit(X, y)
+    mine = [host_tree(m) for m in forest.estimators_]
+    for trees in (
+        [_sklearn_host_tree(sk)],
+        mine[:1] + [_sklearn_host_tree(sk)] + mine[1:],
+    ):
+        stack = stack_trees(trees, np, "cpu")
+        leaves = stack.leaves(X, xp=np) - stack.table.roots[:, None]
+        expected = [m.apply(X) for m in forest.estimators_]
+        expected = (
+            [sk.apply(X)]
+            if len(trees) == 1
+            else expected[:1] + [sk.apply(X)] + expected[1:]
+        )
+        np.testing.assert_array_equal(leaves, np.stack(expected))
