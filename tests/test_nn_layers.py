@@ -550,11 +550,11 @@ def test_conv_numpy_image_blocks_equal_the_portable_paths(
                 dX[method] = conv._input_grad_s1_numpy(
                     dZ, W, (6, 5), pad, xp=np, method=method
                 )
-            fused = conv._backward_s1_numpy(X, dZ, W, pad, xp=np)  # (dX, dW)
-            for got, want in zip(
-                fused, conv._backward_s1_portable(X, dZ, W, pad, xp=np), strict=True
-            ):
-                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+            for method in ("fold", "correlate"):  # (dX, dW) in one pass
+                fused = conv._backward_s1_numpy(X, dZ, W, pad, xp=np, method=method)
+                apart = conv._backward_s1_portable(X, dZ, W, pad, xp=np, method=method)
+                for got, want in zip(fused, apart, strict=True):
+                    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(
         Z,
         conv._conv_forward_portable(X, W, b, stride, pad, xp=np),

@@ -710,27 +710,38 @@ def _grid_block(dZ, Wm, bufs, geometry, out):
     out[...] = dXt[:, :, crop[0] : crop[0] + H, crop[1] : crop[1] + Wd]
 
 
-def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp):
+def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp, X=None):
+    """``(dX, dW)`` by "fold", ``dW`` (from ``X``'s windows, in the same image
+    blocks) only when ``X`` is given, else None."""
     # a block of images at a time (their grids and products stay in cache), the
     # blocks split among threads (see _map_image_groups)
     grid, crop, offsets = _fold_geometry_s1(W.shape[:2], input_hw, padding)
     kh, kw, Ci, Co = W.shape
     N, (H, Wd), dtype = dZ.shape[0], input_hw, np.result_type(dZ, W)
-    Wm = np.reshape(W, (-1, Co))
+    Wm, dZm = np.reshape(W, (-1, Co)), np.reshape(dZ, (-1, Co))
+    per = dZ.shape[1] * dZ.shape[2]  # windows of one image
     cells = grid[0] * grid[1]
     dXt = np.empty((Ci, N, H, Wd), dtype=dtype)
-    geometry = (grid, crop, (kh, kw))
+    geometry, pad = (grid, crop, (kh, kw)), _both_sides(padding)
 
     def task(blocks, step):
         cols = np.zeros((Wm.shape[0], offsets[-1] + step * cells), dtype=dtype)
         terms = _shifted_terms(cols, (kh, kw), grid[1], step * cells)
         bufs = (np.zeros(step * cells * Co, dtype=dtype), cols, terms)
+        windows = None if X is None else _BlockWindows(step, X, (kh, kw), (1, 1), pad)
+        dW = 0
         for i0, i1 in blocks:
+            if windows is not None:  # dZ's block is in cache for both
+                dW = dW + windows.fill(i0, i1).T @ dZm[i0 * per : i1 * per]
             _grid_block(dZ[i0:i1], Wm, bufs, geometry, dXt[:, i0:i1])
+        return dW
 
     per_image = cells * (Co + Wm.shape[0] + Ci) * np.dtype(dtype).itemsize
-    _map_image_groups(task, N, per_image, xp=xp)
-    return np.transpose(dXt, (1, 2, 3, 0))  # NHWC view
+    parts = _map_image_groups(task, N, per_image, xp=xp)
+    dX = np.transpose(dXt, (1, 2, 3, 0))  # NHWC view
+    if X is None:
+        return dX, None
+    return dX, np.reshape(sum(parts[1:], parts[0]), W.shape)
 
 
 def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
@@ -764,7 +775,7 @@ def _correlate_pad(out_hw, kernel, input_hw, padding):
 @fast_path("nn.conv_input_grad_s1", "numpy", example=_stride1_correlate_example)
 def _input_grad_s1_numpy(dZ, W, /, input_hw, padding, *, xp, method="fold", work=None):
     if method == "fold":
-        return _fold_s1_numpy(dZ, W, input_hw, padding, xp=xp)
+        return _fold_s1_numpy(dZ, W, input_hw, padding, xp=xp)[0]
     pad = _correlate_pad(dZ.shape[1:3], W.shape[:2], input_hw, padding)
     if min(min(pad)) < 0:  # a crop of dZ rather than a pad: the general path
         return _input_grad_s1_portable(
@@ -794,20 +805,28 @@ def _backward_s1_example():
     return (X, dZ, rng.standard_normal((3, 4, 2, 4)), (1, 1)), {"xp": None}
 
 
+def _backward_s1_fold_example():
+    args, kw = _backward_s1_example()
+    return args, {**kw, "method": "fold"}
+
+
 @portable("nn.conv_backward_s1")
-def _backward_s1_portable(X, dZ, W, /, padding, *, xp):
+def _backward_s1_portable(X, dZ, W, /, padding, *, xp, method="correlate"):
     stride, kernel = (1, 1), W.shape[:2]
     dW = conv_weight_grad(X, dZ, kernel, stride=stride, padding=padding, xp=xp)
-    dX = input_grad_correlate(dZ, W, X.shape[1:3], stride, padding, xp=xp)
+    dX = INPUT_GRAD[method](dZ, W, X.shape[1:3], stride, padding, xp=xp)
     return dX, dW
 
 
 @fast_path("nn.conv_backward_s1", "numpy", example=_backward_s1_example)
-def _backward_s1_numpy(X, dZ, W, /, padding, *, xp):
+@fast_path("nn.conv_backward_s1", "numpy", example=_backward_s1_fold_example)
+def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
+    if method == "fold":
+        return _fold_s1_numpy(dZ, W, X.shape[1:3], padding, xp=xp, X=X)
     (kh, kw, Ci, Co), (N, H, Wd, _) = W.shape, X.shape
     pad = _correlate_pad(dZ.shape[1:3], (kh, kw), (H, Wd), padding)
     if min(min(pad)) < 0 or np.result_type(X, dZ, W) != X.dtype:
-        return _backward_s1_portable(X, dZ, W, padding, xp=xp)  # separately
+        return _backward_s1_portable(X, dZ, W, padding, xp=xp)  # apart
     W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
     Xm = np.reshape(np.ascontiguousarray(X), (-1, Ci))
     dX, per = np.empty_like(Xm), H * Wd
@@ -828,11 +847,13 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp):
     return np.reshape(dX, X.shape), np.ascontiguousarray(dW)
 
 
-def conv_backward_s1(X, dZ, W, /, padding, *, xp):
-    """``(dX, dW)`` of a stride-1 convolution of ``X``, ``dX`` by "correlate": on
-    NumPy both from each block's windows of the padded ``dZ`` (see above),
-    elsewhere by :func:`conv_weight_grad` and :func:`input_grad_correlate`."""
-    return dispatch("nn.conv_backward_s1", xp)(X, dZ, W, padding, xp=xp)
+def conv_backward_s1(X, dZ, W, /, padding, *, xp, method="correlate"):
+    """``(dX, dW)`` of a stride-1 convolution of ``X``, ``dX`` by ``method``. On
+    NumPy in one pass over image blocks: "correlate" takes both from each
+    block's windows of the padded ``dZ`` (see above), "fold" forms ``dW`` from
+    the block's input windows beside its fold; elsewhere by
+    :func:`conv_weight_grad` and :data:`INPUT_GRAD`."""
+    return dispatch("nn.conv_backward_s1", xp)(X, dZ, W, padding, xp=xp, method=method)
 
 
 # -------------------------------------------------------------------- layers
@@ -981,8 +1002,10 @@ class Conv2D(Layer):
         W = self.params["W"]
         self.grads["b"] = bias_grad(dZ, xp=xp)
         method = self._input_grad()
-        if method == "correlate" and tuple(stride) == (1, 1):
-            dX, self.grads["W"] = conv_backward_s1(X, dZ, W, padding, xp=xp)
+        if tuple(stride) == (1, 1):
+            dX, self.grads["W"] = conv_backward_s1(
+                X, dZ, W, padding, xp=xp, method=method
+            )
             return dX
         where = {"stride": stride, "padding": padding, "xp": xp}
         self.grads["W"] = conv_weight_grad(X, dZ, W.shape[:2], **where)
