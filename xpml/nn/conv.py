@@ -25,10 +25,11 @@ zero-margined buffer whose window view is made once, so no padded copy of a
 whole batch is made. With stride 1, "fold" works on the flattened padded grid,
 where a kernel offset is a shift by a whole number of rows: one product
 ``W dZ_gridᵀ`` whose ``k_h·k_w`` shifted terms are one strided view, summed
-(:func:`input_grad_stride1`); "correlate" copies the padded ``dZ``'s windows
-``B`` once per block and takes both ``dX = B W_rot`` and ``dW`` (``Xᵀ B``,
-read back flipped) from them (:func:`conv_backward_s1`), so its backward
-copies one window matrix rather than two.
+(:func:`input_grad_stride1`), with ``dW`` from the block's input windows in
+the same pass; "correlate" copies the padded ``dZ``'s windows ``B`` once per
+block and takes both ``dX = B W_rot`` and ``dW`` (``Xᵀ B``, read back
+flipped) from them, so its backward copies one window matrix rather than two
+(:func:`conv_backward_s1`).
 
 With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
 (:class:`Workspace`) for ``dX``'s large intermediate (``W dZᵀ``, or the padded
