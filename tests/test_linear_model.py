@@ -446,6 +446,30 @@ def test_ridge_normal_equations_run_with_one_blas_thread(monkeypatch):
     assert not one_blas_thread(np)
 
 
+def test_lasso_coordinate_descent_runs_with_one_blas_thread(monkeypatch):
+    """Lasso's coordinate descent (one dot product per coordinate) limits
+    NumPy's BLAS to one thread while it runs, and gives it back after."""
+    import os
+
+    from xpml.linalg import one_blas_thread
+    from xpml.linear_model import _coordinate_descent as cd
+
+    if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
+        pytest.skip("BLAS has one thread here anyway")
+    seen = []
+    inner = cd._duality_gap
+
+    def spy(*args, **kwargs):  # computed inside the sweeps
+        seen.append(one_blas_thread(np))
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(cd, "_duality_gap", spy)
+    X, y, _ = _regression(n=300, d=5)
+    Lasso(alpha=0.01).fit(X, y)
+    assert seen and all(seen)
+    assert not one_blas_thread(np)
+
+
 def test_blocked_products_equal_one_block(xp):
     """The cache-blocked one-pass products (NumPy fast path) equal the single-block ones."""
     from xpml.linear_model._logistic import _binary_newton_system

@@ -10,6 +10,7 @@ is the same problem with ``λ = 2nα``.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from numbers import Integral, Real
 
@@ -19,6 +20,7 @@ from xpml._backend import enter, to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, RegressorMixin
 from xpml.exceptions import ConvergenceWarning, warn
+from xpml.linalg import _single_threaded_blas
 from xpml.linear_model._base import SklearnInputMixin, center_data
 from xpml.utils._array_api import device as _device
 from xpml.utils._param_validation import Interval, Options
@@ -61,7 +63,18 @@ def _cd_lasso(X, y, w, l1, /, *, xp, max_iter, tol, positive=False, rng=None):
     sweep (scikit-learn's ``selection="random"``); None: cyclic.
 
     Returns ``(w, gap, n_iter)``; ``gap`` is a Python float.
+
+    On NumPy BLAS runs with one thread meanwhile (as scikit-learn's and
+    liblinear's solvers): a second thread on each coordinate's dot product
+    mostly waits (and spins), and one thread makes the sums reproducible.
     """
+    with _single_threaded_blas(xp) or contextlib.nullcontext():
+        return _cd_sweeps(
+            X, y, w, l1, xp=xp, max_iter=max_iter, tol=tol, positive=positive, rng=rng
+        )
+
+
+def _cd_sweeps(X, y, w, l1, /, *, xp, max_iter, tol, positive, rng):
     n, d = X.shape
     # columns as contiguous rows (one copy): each coordinate step then reads one
     # contiguous vector instead of a strided column of X
