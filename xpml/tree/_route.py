@@ -362,7 +362,10 @@ class _Walk:
         x, t, g = self.x[:k], self.t[:k], self.g[:k]
         table, left, mask, shift = self.step
         table.take(node, out=nxt, mode="clip")  # methods: no wrapper call
-        if mask is None:
+        if left is not None:  # nxt is free until the left child is read
+            j = nxt
+            add(j, base, out=j)
+        elif mask is None:
             add(nxt, base, out=j)
         else:
             np.bitwise_and(nxt, mask, out=j)
