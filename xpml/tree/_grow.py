@@ -657,9 +657,10 @@ def _block_round(g, level, blk, F, U):
         vals, extra = None, []
     else:
         Fd = aux[:, 2 : 2 + g.m]
-        vals, const = _gather_features(g, ent, Fd)
+        vals, extra = _gather_features(g, ent, Fd), []
+    res, const = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
+    if F is not None:
         extra = [xp.astype(const, g.Xflat.dtype)]
-    res = _best_split(g, ent, Fd, vals, _chunk(g, nb * blk.L))
     score, feat, p, thr = res[:4]
     if g.missing:
         rs, rw, cols = _children_stats(g, ent, feat, p, *res[4:])
@@ -703,23 +704,28 @@ def _gather_block(g, level, aux, L, ids):
 
 def _gather_features(g, ent, F):
     """Ranks (nb·m·L,) of the drawn features ``F`` (nb, m) at the block's
-    entries (:func:`_rank_tables`), and which of the features are constant in
-    the node (nb, m)."""
+    entries (:func:`_rank_tables`)."""
     xp = g.xp
     nb, L = ent.sids.shape
     m = int(F.shape[1])
     idx = xp.reshape(ent.sids, (nb, 1, L)) + xp.reshape(F * g.n_ranks, (nb, m, 1))
-    ranks = xp.take(g.Rflat, xp.reshape(idx, (-1,)))
-    r3 = xp.reshape(ranks, (nb, m, L))
-    none = xp.full((), -1, dtype=ranks.dtype, device=device(ranks))
-    top = xp.max(xp.where(ent.valid[:, None, :], r3, none), axis=-1)
-    low = xp.min(r3, axis=-1)  # padding holds the largest rank (+inf)
-    fo = F * g.n_ranks
-    hi, lo = (
-        xp.take(g.XS, xp.reshape(fo + top, (-1,))),
-        xp.take(g.XS, xp.reshape(fo + low, (-1,))),
-    )
-    return ranks, xp.reshape(hi <= lo + FEATURE_THRESHOLD, (nb, m))
+    return xp.take(g.Rflat, xp.reshape(idx, (-1,)))
+
+
+def _constant(g, ent, F, rk):
+    """Which features ``F`` (nb, f) are constant in the node (nb, f), from
+    their sorted ranks ``rk`` (nb, f, L): the node's entries come first
+    (padding holds the largest rank at later positions), so its least and
+    largest ranks sit at positions 0 and ``len - 1``."""
+    xp = g.xp
+    nb, f, L = (int(n) for n in rk.shape)
+    last = xp.reshape(ent.lens - 1, (nb, 1, 1))
+    last = xp.astype(xp.broadcast_to(last, (nb, f, 1)), xp.int64)
+    top = xp.take_along_axis(rk, last, axis=-1)[..., 0]
+    fo = xp.astype(F, xp.int64) * g.n_ranks
+    hi = xp.take(g.XS, xp.reshape(fo + xp.astype(top, xp.int64), (-1,)))
+    lo = xp.take(g.XS, xp.reshape(fo + xp.astype(rk[..., 0], xp.int64), (-1,)))
+    return xp.reshape(hi <= lo + FEATURE_THRESHOLD, (nb, f))
 
 
 class _Draw:
@@ -774,18 +780,21 @@ def _chunk(g, row):
 def _best_split(g, ent, F, vals, chunk):
     """:func:`_search` over the candidate features ``F`` (nb, f) in chunks of
     ``chunk``, keeping the first best (ties go to the earlier feature).
-    ``vals`` (nb·f·L,), when given, holds the features' ranks at the entries."""
+    ``vals`` (nb·f·L,), when given, holds the features' ranks at the entries.
+    Also returns which features are constant in the node (nb, f), for drawn
+    features (forests; None otherwise)."""
     xp = g.xp
     nb, L = ent.sids.shape
     m = int(F.shape[1])
     v3 = None if vals is None else xp.reshape(vals, (nb, m, L))
-    best = None
+    best, const = None, []
     for a in range(0, m, chunk):
         b = min(m, a + chunk)
         vc = None
         if v3 is not None:
             vc = vals if b - a == m else xp.reshape(v3[:, a:b, :], (-1,))
-        res = _search(g, ent, F[:, a:b], vc)
+        *res, c = _search(g, ent, F[:, a:b], vc)
+        const.append(c)
         if best is None:
             best = res
         else:
@@ -796,7 +805,7 @@ def _best_split(g, ent, F, vals, chunk):
                 else xp.where(xp.reshape(better, (-1,) + (1,) * (r.ndim - 1)), r, b)
                 for r, b in zip(res, best)
             )
-    return best
+    return tuple(best), None if const[0] is None else xp.concat(const, axis=1)
 
 
 def _channels(g, ent):
@@ -826,9 +835,9 @@ def _channels(g, ent):
 def _sorted_columns(g, ent, F, ranks):
     """Values of features ``F`` (nb, f), each row sorted by value (nb, f, L),
     the block's channels (:func:`_channels`) in the same order (C, nb, f, L)
-    and that order (nb, f, L): positions in the node's row. ``ranks``
-    (nb·f·L,), when given, holds the features' ranks at the entries
-    (:func:`_rank_tables`)."""
+    and that order (nb, f, L): positions in the node's row, and the ranks
+    in that order (nb, f, L). ``ranks`` (nb·f·L,), when given, holds the
+    features' ranks at the entries (:func:`_rank_tables`)."""
     xp = g.xp
     nb, L = ent.sids.shape
     f = int(F.shape[1])
@@ -839,7 +848,7 @@ def _sorted_columns(g, ent, F, ranks):
     at = rk + xp.reshape(F * g.n_ranks, (nb, f, 1))
     xs = xp.reshape(xp.take(g.XS, xp.reshape(at, (-1,))), (nb, f, L))
     chans = xp.take(ent.chan, _flat_rows(perm, nb, L, xp), axis=1)
-    return xs, xp.reshape(chans, (int(chans.shape[0]), nb, f, L)), perm
+    return xs, xp.reshape(chans, (int(chans.shape[0]), nb, f, L)), perm, rk
 
 
 def _class_scores(g, cum, wlr):
@@ -1014,10 +1023,11 @@ def _search(g, ent, F, vals):
     and threshold.
     """
     xp = g.xp
-    xs, chans, perm = _sorted_columns(g, ent, F, vals)
+    xs, chans, perm, rk = _sorted_columns(g, ent, F, vals)
+    const = _constant(g, ent, F, rk) if g.subset else None
     cum = xp.cumulative_sum(chans, axis=-1)
     if g.missing:
-        return _search_missing(g, ent, F, xs, cum)
+        return _search_missing(g, ent, F, xs, cum) + (const,)
     best, feat, p, thr, j = _pick(g, ent, F, xs, _scores(g, ent, cum, chans))
     # the chosen feature's order (nb, L), which the children are laid out in
     nb, f, L = (int(n) for n in perm.shape)
@@ -1026,7 +1036,7 @@ def _search(g, ent, F, vals):
     sums = None
     if g.params.classification and not g.params.multi:
         sums = _chosen_sums(cum, row * L, p, xp)
-    return best, feat, p, thr, order, sums
+    return best, feat, p, thr, order, sums, const
 
 
 def _chosen_sums(cum, at, p, xp):
@@ -1638,19 +1648,19 @@ def _plan(lens, m, budget, *, block_len, merge=1 << 12):
     target = Ls_sorted.copy()
     groups = np.unique(Ls_sorted)
     start = 0
-    for g_next in groups[1:]:
-        cur = Ls_sorted[start:] < g_next
-        cnt = int(np.sum(cur))
-        if cnt and cnt * (int(g_next) - int(target[start:][cur].max())) * m <= merge:
-            target[start : start + cnt] = g_next
+    ends = np.searchsorted(Ls_sorted, groups, side="left")  # where each group starts
+    for g_next, end in zip(groups[1:].tolist(), ends[1:].tolist()):
+        cnt = end - start  # the nodes shorter than g_next not yet in a group
+        if cnt and cnt * (g_next - int(target[start:end].max())) * m <= merge:
+            target[start:end] = g_next
         else:
-            start = start + cnt
-    blocks, i = [], 0
-    while i < len(order):
+            start = end
+    # target is ascending: each run of one length, cut every nb_max nodes
+    blocks, i, N = [], 0, len(order)
+    while i < N:
         L = int(target[i])
-        j, nb_max = i, max(1, budget // (L * m))
-        while j < len(order) and target[j] == L and j - i < nb_max:
-            j += 1
+        run_end = int(np.searchsorted(target, L, side="right"))
+        j = min(run_end, i + max(1, budget // (L * m)))
         blocks.append((order[i:j], L))
         i = j
     return blocks
