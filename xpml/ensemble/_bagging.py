@@ -47,7 +47,22 @@ __all__ = [
     "RandomForestRegressor",
 ]
 
-_GROUP = 25  # trees grown together in one level-wise pass
+# trees grown together in one level-wise pass (:func:`_group_size`): up to
+# _GROUP_MAX while their bootstrap entries stay near _GROUP_ENTRIES (bigger
+# passes pay the per-block overhead fewer times), at least _GROUP_MIN, and no
+# more than one group per parallel worker
+_GROUP_MIN, _GROUP_MAX, _GROUP_ENTRIES = 25, 100, 1 << 21
+
+
+def _group_size(T, n, n_jobs):
+    """Trees per level-wise pass for ``T`` trees on ``n`` rows."""
+    size = max(_GROUP_MIN, min(_GROUP_MAX, _GROUP_ENTRIES // max(1, n)))
+    try:
+        from joblib import effective_n_jobs
+    except ImportError:  # joblib is optional: the groups run one after another
+        return size
+    workers = effective_n_jobs(n_jobs)  # an active joblib backend's, for None
+    return max(1, min(size, -(-T // workers))) if workers > 1 else size
 
 
 def _bootstrap_counts(n, n_draw, bootstrap, seed):
@@ -266,7 +281,7 @@ class _BaseBagging(Members, BaseEstimator):
         return new
 
     def _grow_trees(self, job, template, bar):
-        """Grow the trees in groups of ``_GROUP``, level by level; keep them
+        """Grow the trees in groups (:func:`_group_size`), level by level; keep them
         stacked on the compute device for prediction."""
         ctx, X, y = job.data.ctx, job.data.X, job.data.y
         xp, T = ctx.xp, len(job.seeds)
@@ -274,7 +289,10 @@ class _BaseBagging(Members, BaseEstimator):
         n_out = int(y.shape[1]) if len(y.shape) == 2 else 1
         params = template._grow_params(n, d, job.K, n_out)
         positive = to_numpy(job.sw > 0)
-        groups = [(a, min(T, a + _GROUP)) for a in range(0, T, _GROUP)]
+        # regression keeps groups of _GROUP_MIN: its trees' last bits depend on
+        # the grouping (classification's do not: see xpml.tree._grow)
+        size = _group_size(T, n, self.n_jobs) if job.K else _GROUP_MIN
+        groups = [(a, min(T, a + size)) for a in range(0, T, size)]
 
         def work(g):
             a, b = g
