@@ -570,6 +570,10 @@ def _level_draws(g, ids, lens):
     U = np.empty((len(ids), g.d), dtype=np.int64)
     U = U if g.params.splitter == "random" else None
     plan = _plan(lens, g.m, g.budget, block_len=_class_len)
+    canon = np.concatenate([sel for sel, _ in plan])
+    if U is None:  # one kind of draw: each tree's rows in one call, the same
+        # numbers as block after block (a generator's doubles come in sequence)
+        plan = [(canon, 0)]
     for sel, _ in plan:
         if keys is not None:
             keys[sel] = _node_draws(g, ids[sel], lambda r, k: r.random((k, g.d)))
@@ -577,7 +581,7 @@ def _level_draws(g, ids, lens):
             U[sel] = _node_draws(
                 g, ids[sel], lambda r, k: r.integers(0, 1 << 53, size=(k, g.d))
             )
-    return np.concatenate([sel for sel, _ in plan]), (keys, U)
+    return canon, (keys, U)
 
 
 def _node_draws(g, ids, draw):
