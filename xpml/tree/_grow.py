@@ -47,9 +47,6 @@ import numpy as np
 
 from xpml._backend import to_numpy
 from xpml.tree._median import invert_rows, median_of, range_abs_errors, rank_rows
-
-# the routing walk lives in _route; re-exported while _stack imports it from here
-from xpml.tree._route import RoutingTable, route, routing_table  # noqa: F401
 from xpml.utils._array_api import (
     device,
     dispatch,
