@@ -422,50 +422,48 @@ def test_ridge_reused_block_buffer_is_bit_identical(dtype, targets, weighted):
     assert np.all(np.isfinite(coef))
 
 
-def test_ridge_normal_equations_run_with_one_blas_thread(monkeypatch):
-    """Ridge's NumPy normal equations (cache-sized blocks) limit BLAS to one
-    thread while their products run, and give it back after."""
+def _spy_blas_threads(monkeypatch, owner, name):
+    """Record, at every call of ``owner.name``, whether NumPy's BLAS has one
+    thread; skip where it has one anyway."""
     import os
 
     from xpml.linalg import one_blas_thread
-    from xpml.linear_model import _ridge
 
     if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
         pytest.skip("BLAS has one thread here anyway")
     seen = []
-    inner = _ridge.block_rows
+    inner = getattr(owner, name)
 
-    def spy(X, /, *, xp):  # asked for inside the blocked products
-        seen.append(one_blas_thread(np))
-        return inner(X, xp=xp)
-
-    monkeypatch.setattr(_ridge, "block_rows", spy)
-    X, y, _ = _regression(n=300, d=5)
-    Ridge(alpha=1.0).fit(X, y)
-    assert seen and all(seen)
-    assert not one_blas_thread(np)
-
-
-def test_lasso_coordinate_descent_runs_with_one_blas_thread(monkeypatch):
-    """Lasso's coordinate descent (one dot product per coordinate) limits
-    NumPy's BLAS to one thread while it runs, and gives it back after."""
-    import os
-
-    from xpml.linalg import one_blas_thread
-    from xpml.linear_model import _coordinate_descent as cd
-
-    if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
-        pytest.skip("BLAS has one thread here anyway")
-    seen = []
-    inner = cd._duality_gap
-
-    def spy(*args, **kwargs):  # computed inside the sweeps
+    def spy(*args, **kwargs):
         seen.append(one_blas_thread(np))
         return inner(*args, **kwargs)
 
-    monkeypatch.setattr(cd, "_duality_gap", spy)
+    monkeypatch.setattr(owner, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "make"),
+    [
+        # Ridge's NumPy normal equations: cache-sized blocks (block_rows is
+        # asked for inside the blocked products)
+        ("_ridge", "block_rows", lambda: Ridge(alpha=1.0)),
+        # Lasso's coordinate descent: one dot product per coordinate (the
+        # duality gap is computed inside the sweeps)
+        ("_coordinate_descent", "_duality_gap", lambda: Lasso(alpha=0.01)),
+    ],
+)
+def test_solver_runs_with_one_blas_thread(monkeypatch, module, name, make):
+    """The solver limits NumPy's BLAS to one thread while it runs, and gives
+    it back after."""
+    import importlib
+
+    from xpml.linalg import one_blas_thread
+
+    owner = importlib.import_module(f"xpml.linear_model.{module}")
+    seen = _spy_blas_threads(monkeypatch, owner, name)
     X, y, _ = _regression(n=300, d=5)
-    Lasso(alpha=0.01).fit(X, y)
+    make().fit(X, y)
     assert seen and all(seen)
     assert not one_blas_thread(np)
 
