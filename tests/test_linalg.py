@@ -88,3 +88,23 @@ def test_blas_limit_reaches_numpys_blas_and_restores_it(monkeypatch):
         with threadpoolctl.threadpool_limits(1):
             assert L.one_blas_thread(np)
     L._blas_controller.cache_clear()
+
+
+def test_blas_limit_shared_by_overlapping_fits():
+    """Two fits whose one-thread limits overlap without nesting (threads: the
+    first leaves while the second still runs) leave BLAS as it was before
+    either; one fit's restore does not undo the other's limit meanwhile."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import xpml.linalg as L
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        if L._single_threaded_blas(np) is None or L.one_blas_thread(np):
+            pytest.skip("no BLAS thread control here")
+        first, second = L._single_threaded_blas(np), L._single_threaded_blas(np)
+        first.__enter__()
+        second.__enter__()
+        assert L.one_blas_thread(np)
+        first.__exit__(None, None, None)
+        assert L.one_blas_thread(np)  # the second fit still runs
+        second.__exit__(None, None, None)
+        assert not L.one_blas_thread(np)

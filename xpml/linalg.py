@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,7 +47,33 @@ def _single_threaded_blas(xp):
     if not is_numpy_namespace(xp):
         return None
     controller = _blas_controller()
-    return None if controller is None else controller.limit(limits=1, user_api="blas")
+    return None if controller is None else _shared_limit(controller)
+
+
+# the one-thread limit is shared by the fits running at once (threads of one
+# process): the first to enter sets it, the last to leave restores what was
+# there before. Separate save-and-restore pairs would let a fit that entered
+# second "restore" the first's limit of 1 and leave BLAS at one thread for good
+_LIMIT_LOCK = threading.Lock()
+_LIMIT = {"depth": 0, "stack": None}
+
+
+@contextlib.contextmanager
+def _shared_limit(controller):
+    with _LIMIT_LOCK:
+        if _LIMIT["depth"] == 0:
+            stack = contextlib.ExitStack()
+            stack.enter_context(controller.limit(limits=1, user_api="blas"))
+            _LIMIT["stack"] = stack
+        _LIMIT["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            _LIMIT["depth"] -= 1
+            if _LIMIT["depth"] == 0:
+                stack, _LIMIT["stack"] = _LIMIT["stack"], None
+                stack.close()
 
 
 @functools.cache
