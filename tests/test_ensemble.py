@@ -103,10 +103,24 @@ def test_forest_uses_a_fresh_feature_subset_per_node():
     np.testing.assert_allclose(np.sum(rf.feature_importances_), 1.0)
 
 
-def test_forest_is_reproducible_and_independent_of_n_jobs():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n_jobs: RandomForestClassifier(30, random_state=5, n_jobs=n_jobs),
+        # the random splitter's draws follow the node blocks: its groups of
+        # trees must not change with n_jobs
+        lambda n_jobs: BaggingClassifier(
+            DecisionTreeClassifier(splitter="random", max_features=2),
+            n_estimators=30,
+            random_state=5,
+            n_jobs=n_jobs,
+        ),
+    ],
+)
+def test_forest_is_reproducible_and_independent_of_n_jobs(make):
     Xtr, Xte, ytr, _ = _split("wine", 1)
-    a = RandomForestClassifier(30, random_state=5).fit(Xtr, ytr)
-    b = RandomForestClassifier(30, random_state=5, n_jobs=2).fit(Xtr, ytr)
+    a = make(None).fit(Xtr, ytr)
+    b = make(4).fit(Xtr, ytr)
     np.testing.assert_array_equal(a.predict_proba(Xte), b.predict_proba(Xte))
     for ta, tb in zip(a.estimators_, b.estimators_):
         np.testing.assert_array_equal(ta.tree_threshold_, tb.tree_threshold_)

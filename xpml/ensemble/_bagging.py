@@ -289,9 +289,12 @@ class _BaseBagging(Members, BaseEstimator):
         n_out = int(y.shape[1]) if len(y.shape) == 2 else 1
         params = template._grow_params(n, d, job.K, n_out)
         positive = to_numpy(job.sw > 0)
-        # regression keeps groups of _GROUP_MIN: its trees' last bits depend on
-        # the grouping (classification's do not: see xpml.tree._grow)
-        size = _group_size(T, n, self.n_jobs) if job.K else _GROUP_MIN
+        # regression and the random splitter keep groups of _GROUP_MIN: their
+        # trees depend on the grouping (regression's last bits; the random
+        # splitter's draws follow the node blocks), so it must not follow n_jobs;
+        # the best splitter's classification trees do not (see xpml.tree._grow)
+        free = job.K and params.splitter == "best"
+        size = _group_size(T, n, self.n_jobs) if free else _GROUP_MIN
         groups = [(a, min(T, a + size)) for a in range(0, T, size)]
 
         def work(g):
