@@ -39,6 +39,7 @@ With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 import os
@@ -487,7 +488,10 @@ def _map_image_groups(task, n, per_image, *, xp):
     with limits:  # the calling thread runs the last group
         pool = _workers(os.getpid(), threads - 1)
         futures = [pool.submit(task, group, step) for group in groups[:-1]]
-        last = task(groups[-1], step)
+        try:
+            last = task(groups[-1], step)
+        finally:  # no worker still writing (or sharing the cores) after we return
+            concurrent.futures.wait(futures)
         return [f.result() for f in futures] + [last]
 
 
@@ -826,7 +830,7 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
         return _fold_s1_numpy(dZ, W, X.shape[1:3], padding, xp=xp, X=X)
     (kh, kw, Ci, Co), (N, H, Wd, _) = W.shape, X.shape
     pad = _correlate_pad(dZ.shape[1:3], (kh, kw), (H, Wd), padding)
-    if min(min(pad)) < 0 or np.result_type(X, dZ, W) != X.dtype:
+    if min(min(pad)) < 0 or not X.dtype == dZ.dtype == W.dtype:
         return _backward_s1_portable(X, dZ, W, padding, xp=xp)  # apart
     W_rot = np.reshape(np.swapaxes(np.flip(W, axis=(0, 1)), 2, 3), (-1, Ci))
     Xm = np.reshape(np.ascontiguousarray(X), (-1, Ci))
