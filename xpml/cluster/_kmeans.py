@@ -55,9 +55,12 @@ from xpml.utils.validation import check_random_state
 
 try:  # the NumPy scatter-add's sparse product (scikit-learn depends on SciPy)
     import scipy.sparse as _sparse
-    from scipy.sparse import _sparsetools  # its kernels: y += A x in place
 except ImportError:  # pragma: no cover - SciPy is optional
-    _sparse = _sparsetools = None
+    _sparse = None
+try:  # SciPy's private kernels (y += A x in place): np.add.at where missing
+    from scipy.sparse import _sparsetools
+except ImportError:  # pragma: no cover - private: may move in a SciPy release
+    _sparsetools = None
 
 __all__ = ["KMeans"]
 
@@ -410,10 +413,12 @@ def _move_rows(sums, rows, to, back):
         return
     flat, k, d = np.ascontiguousarray(rows).reshape(-1), *sums.shape
     starts = np.arange(m + 1, dtype=to.dtype)
-    for index, sign in ((to, 1.0), (back, -1.0)):
-        kernel(
-            k, m, d, starts, index, np.full(m, sign, rows.dtype), flat, sums.reshape(-1)
-        )
+    for index, ufunc in ((to, np.add), (back, np.subtract)):
+        sign = np.full(m, 1.0 if ufunc is np.add else -1.0, rows.dtype)
+        try:  # a private kernel: its signature may change between releases
+            kernel(k, m, d, starts, index, sign, flat, sums.reshape(-1))
+        except (TypeError, ValueError):
+            ufunc.at(sums, index, rows)
 
 
 # ------------------------------------------- Hamerly's bounds (NumPy, float64)
