@@ -108,3 +108,28 @@ def test_blas_limit_shared_by_overlapping_fits():
         assert L.one_blas_thread(np)  # the second fit still runs
         second.__exit__(None, None, None)
         assert not L.one_blas_thread(np)
+
+
+def test_blas_lookup_skips_what_it_cannot_open():
+    """NumPy's wheel OpenBLAS is looked up through threadpoolctl's internals:
+    a file in ``numpy.libs`` the process has not loaded (opened without
+    loading it: OSError) is skipped, and a threadpoolctl without those
+    internals gives no controllers (the general search is used then; see the
+    test above with the lookup empty)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import types
+
+    import xpml.linalg as L
+
+    real = threadpoolctl.OpenBLASController
+
+    class Refusing:
+        filename_prefixes = real.filename_prefixes
+
+        def __init__(self, **kwargs):
+            raise OSError("not loaded")
+
+    if not L._numpy_openblas(threadpoolctl):
+        pytest.skip("NumPy here is not a wheel with its own OpenBLAS")
+    assert L._numpy_openblas(types.SimpleNamespace(OpenBLASController=Refusing)) == []
+    assert L._numpy_openblas(types.SimpleNamespace()) == []

@@ -101,20 +101,26 @@ def _blas_controller():
 def _numpy_openblas(threadpoolctl):
     """Controllers of the OpenBLAS a NumPy wheel ships in ``numpy.libs``
     (empty when NumPy is not built on it, or not from a wheel)."""
-    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    try:  # NumPy's and threadpoolctl's internals: the general search otherwise
+        blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+        make = threadpoolctl.OpenBLASController
+        prefixes = [p for p in make.filename_prefixes if p != "libblas"]
+        where = os.path.dirname(os.path.dirname(np.__file__))
+        names = sorted(os.listdir(os.path.join(where, "numpy.libs")))
+    except (AttributeError, OSError):
+        return []
     if "openblas" not in str(blas.get("name", "")):
         return []
-    where = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    try:
-        names = sorted(os.listdir(where))
-    except OSError:
-        return []
-    make = threadpoolctl.OpenBLASController
     libs = []
     for name in names:
-        prefix = next((p for p in make.filename_prefixes if name.startswith(p)), None)
-        if prefix and ".so" in name:
-            libs.append(make(filepath=os.path.join(where, name), prefix=prefix))
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
+        if prefix is None or ".so" not in name:
+            continue
+        try:  # opened without loading: a file the process has not loaded fails
+            path = os.path.join(where, "numpy.libs", name)
+            libs.append(make(filepath=path, prefix=prefix))
+        except OSError:
+            continue
     return libs
 
 
