@@ -792,3 +792,20 @@ def test_rows_used_once_skip_the_cache_with_the_same_solution(monkeypatch):
     np.testing.assert_allclose(skipped.dual, cached.dual, rtol=1e-9)
     K = np.exp(-gamma * ((X[:, None] - X[None]) ** 2).sum(-1))
     np.testing.assert_allclose(skipped.v, ypm - K @ (ypm * skipped.alpha), atol=1e-8)
+
+
+def test_rows_skip_the_cache_once_its_cap_falls():
+    """Rows used once may skip the cache whenever it cannot hold every row,
+    also when that becomes so while it grows (the old and new buffers would
+    not fit together: the cap falls below n)."""
+    from array_api_compat import numpy as cnp
+
+    n = 2000
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    rows = KernelRows(
+        X, "rbf", {"gamma": 1.0}, xp=cnp, memory_budget=2400 * n * 8, q=64
+    )
+    assert rows.cap == n and not rows.uncached_ok
+    rows._grow(1200)
+    rows._grow(n)
+    assert rows.cap < n and rows.uncached_ok

@@ -522,11 +522,15 @@ class KernelRows:
         )
         self.row_of = np.full(self.cap, -1, dtype=np.int64)
         self.stamp = np.zeros(self.cap, dtype=np.int64)
-        # rows used once may skip the cache when it cannot hold them all
-        self.uncached_ok = self.cap < self.n
         self.clock = 0
         # what the fast paths keep between calls on ``X`` (factors, scratch)
         self._memo = {"q": self.q}
+
+    @property
+    def uncached_ok(self):
+        """Rows used once may skip the cache: it cannot hold them all (the cap
+        can fall while the cache grows, see :meth:`_grow`)."""
+        return self.cap < self.n
 
     def _note(self, transient_rows):
         held = (self.size + transient_rows) * self.row_bytes
@@ -732,9 +736,12 @@ class PrecomputedRows(KernelRows):
         self.chunk = min(_CHUNK, self.q)
         self.row_bytes = 0
         self.size = 0
-        self.uncached_ok = False  # every row is resident
         self.peak_bytes = self.computed_rows = self.hits = self.evictions = 0
         self._memo = {}
+
+    @property
+    def uncached_ok(self):
+        return False  # every row is resident
 
     @property
     def used(self):
