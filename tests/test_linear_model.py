@@ -630,29 +630,23 @@ def test_logistic_binary_newton_runs_with_one_blas_thread(monkeypatch, C):
     """The binary Newton solve (cache-sized row blocks) limits NumPy's BLAS to
     one thread while it runs, and gives it back after; the multinomial solve
     leaves it alone."""
-    import os
-
     from xpml.linalg import one_blas_thread
     from xpml.linear_model import _logistic
 
-    if (os.cpu_count() or 1) < 2 or one_blas_thread(np):
-        pytest.skip("BLAS has one thread here anyway")
-    seen = []
-    for name in ("_newton_steps", "_solve_quasi_newton"):
-        inner = getattr(_logistic.LogisticRegression, name)
-
-        def spy(self, *args, _inner=inner, **kwargs):
-            seen.append(one_blas_thread(np))
-            return _inner(self, *args, **kwargs)
-
-        monkeypatch.setattr(_logistic.LogisticRegression, name, spy)
+    calls = [
+        _spy_blas_threads(monkeypatch, _logistic.LogisticRegression, name)
+        for name in ("_newton_steps", "_solve_quasi_newton")
+    ]
     X, y, _ = _many_rows()
     LogisticRegression(solver="newton", C=C).fit(X, y)
+    seen = [s for c in calls for s in c]
     assert seen and all(seen)
     assert not one_blas_thread(np)
-    seen.clear()
+    for c in calls:
+        c.clear()
     X3, y3 = load_wine(return_X_y=True)
     LogisticRegression(solver="newton", max_iter=5).fit(X3 / X3.max(0), y3)
+    seen = [s for c in calls for s in c]
     assert seen and not any(seen)
 
 
