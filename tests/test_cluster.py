@@ -582,6 +582,9 @@ def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
     assert fast_step is km._lloyd_step_numpy and slow_step is km._lloyd_step
     labels = sums = None
     changed, scored = [], []
+    # the candidates split over the shards from POOLED_CANDIDATES rows: every
+    # bounded step here, so the threaded bounded path runs too
+    monkeypatch.setattr(km, "POOLED_CANDIDATES", 0)
     candidates = km._Bounds.candidates
     monkeypatch.setattr(
         km._Bounds,
