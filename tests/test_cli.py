@@ -230,3 +230,73 @@ def test_a_side_whose_cold_process_dies_is_not_run_in_the_bench_process():
         b.close()
     assert r.xpml_s is not None and r.ref_s is None and r.ref_cold_s is None
     assert r.ref_cold.get("died") and "its cold process died" in r.note
+
+
+def test_sides_alternate_in_cold_processes_and_warm_calls(tmp_path):
+    """Each side's cold call is timed in ``cold_runs`` fresh processes and its
+    warm calls here, the two sides taking turns in both phases (a machine whose
+    speed drifts then slows both alike); the cold time is the median."""
+    log = tmp_path / "calls"
+
+    def side(name, seconds):
+        def call():
+            with open(log, "a") as fh:  # the cold processes append here too
+                fh.write(name)
+            time.sleep(seconds)
+
+        return call
+
+    b = _bench(repeats=2, cold_runs=3)
+    try:
+        r = b.compare("t", "c", 1, side("x", 0.02), side("r", 0.001))
+    finally:
+        b.close()
+    # cold: x r x r x r; warm-up: x r; timed: x r x r
+    assert log.read_text() == "xr" * 3 + "xr" + "xr" * 2
+    runs = r.xpml_cold["runs_s"]
+    assert len(runs) == 3 and r.xpml_cold_s == sorted(runs)[1] >= 0.02
+    assert len(r.ref_cold["runs_s"]) == 3 and r.ref_cold_s < 0.02
+    assert r.repeats == r.ref_repeats == 2
+    assert b.settings()["cold_runs"] == 3
+
+
+def test_a_long_cold_call_is_timed_in_one_process(monkeypatch, tmp_path):
+    import xpml.bench
+
+    monkeypatch.setattr(xpml.bench, "COLD_REPEAT_UNDER_S", 0.0)
+    log = tmp_path / "calls"
+    b = _bench(repeats=1, cold_runs=3, warmup=0)
+    try:
+        r = b.compare("t", "c", 1, lambda: log.open("a").write("x"), None)
+    finally:
+        b.close()
+    assert log.read_text() == "xx"  # one cold process, one warm call
+    assert r.xpml_cold_s is not None and "runs_s" not in r.xpml_cold
+
+
+def test_cold_median_keeps_the_first_runs_details_and_a_later_error():
+    from xpml.bench import _median_cold
+
+    runs = [
+        {"ok": True, "s": 0.3, "peak_rss_mb": 10.0, "rss_before_mb": 5.0},
+        {"ok": False, "error": "boom"},
+        {"ok": True, "s": 0.1, "peak_rss_mb": 12.0, "rss_before_mb": 5.0},
+    ]
+    out = _median_cold(runs)
+    assert out["s"] == pytest.approx(0.2) and out["runs_s"] == [0.3, None, 0.1]
+    assert out["peak_rss_mb"] == 12.0 and out["repeat_error"] == "boom"
+    failed_first = _median_cold(runs[1:])
+    assert failed_first == {"ok": False, "error": "boom"}
+    assert _median_cold([]) == {}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+def test_cold_runs_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="cold_runs must be an integer >= 1"):
+        Bench(cold_runs=bad)
+
+
+def test_cli_refuses_a_cold_runs_below_one(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "gram", "--cold-runs", "0"])
+    assert "--cold-runs: expected an integer >= 1" in capsys.readouterr().err

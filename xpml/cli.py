@@ -120,6 +120,7 @@ def _make_bench(args, modules):
         repeats=args.repeats,
         # --large measures peak memory: a new interpreter per cold call
         cold=args.cold or ("spawn" if args.large else "fork"),
+        cold_runs=args.cold_runs,
         preload=preload,
         budget_s=args.budget,
         case_timeout_s=args.case_timeout,
@@ -176,8 +177,9 @@ def _bench(args):
     sizes = "tiny" if args.tiny else "quick" if args.quick else "full"
     print(
         f"xpml bench: backend={args.backend} device={args.device} {sizes} sizes; "
-        f"cold = first call in a fresh process ({bench.cold}), warm = median of "
-        f"{args.repeats} after a warm-up; ratio = xpml / reference"
+        f"cold = first call in a fresh process ({bench.cold}, median of "
+        f"{bench.cold_runs}), warm = median of {args.repeats} after a warm-up, "
+        "the two sides alternating; ratio = xpml / reference"
         + (f"; budget {args.budget:.0f} s" if args.budget is not None else "")
     )
     bench.start()
@@ -200,6 +202,16 @@ def _demo(args):
             print(f"  {name:<14} {(mod.__doc__ or '').strip().splitlines()[0]}")
         return 0 if not args.name else 2
     return demos[args.name].main(args.rest) or 0
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def _add_bench_parser(sub):
@@ -225,6 +237,14 @@ def _add_bench_parser(sub):
         help="how the cold call's fresh process starts: fork (from a server "
         "that only imported the libraries; default), spawn (a new interpreter; "
         "default with --large) or off (warm only)",
+    )
+    b.add_argument(
+        "--cold-runs",
+        type=_positive_int,
+        default=3,
+        metavar="N",
+        help="fresh processes each side's cold call is timed in (median "
+        "reported; calls over 5 s: one)",
     )
     for flag, text in (
         ("--budget", "wall time for the run: no case is started past it"),

@@ -12,11 +12,14 @@ Timing, for each side (xpml and its reference):
 
 * cold: the first call in a fresh process (see :mod:`xpml.bench._cold`): the
   case's closure is pickled with its data, a new process loads it (imports and
-  data are not timed) and times one call;
-* warm: in this process, one warm-up call, then ``repeats`` timed calls; the
-  median is reported. On the CPU a call whose cold run took over
-  :data:`WARMUP_COVERED_S` gets no warm-up (the cold call was one, and its
-  first-call costs are lost in its length).
+  data are not timed) and times one call. A call under
+  :data:`COLD_REPEAT_UNDER_S` is timed so in ``cold_runs`` fresh processes,
+  the two sides alternating, and the median is reported;
+* warm: in this process, one warm-up call per side, then ``repeats`` timed
+  calls of each, the two sides alternating call by call (so that a machine
+  whose speed drifts slows both alike); the median is reported. On the CPU a
+  call whose cold run took over :data:`WARMUP_COVERED_S` gets no warm-up (the
+  cold call was one, and its first-call costs are lost in its length).
 
 On a GPU backend each call is followed by a device synchronisation so the time
 is the real compute time. The ratios are ``xpml / reference`` (below 1: xpml
@@ -38,13 +41,25 @@ import time
 from xpml.bench._cold import MODES as COLD_MODES
 from xpml.bench._cold import ColdRunner, sync_for
 
-__all__ = ["Bench", "BudgetSpent", "Result", "timeit", "discover", "machine_info"]
+__all__ = [
+    "Bench",
+    "BudgetSpent",
+    "Result",
+    "timeit",
+    "time_alternating",
+    "discover",
+    "machine_info",
+]
 
 #: a case is not started with less time than this left in the budget (seconds)
 MIN_CASE_S = 3.0
 #: on the CPU, a call whose cold run took longer gets no warm-up here: the cold
 #: call was one, and first-call costs are lost in its length (seconds)
 WARMUP_COVERED_S = 5.0
+#: a cold call shorter than this is timed again in further fresh processes (up
+#: to ``Bench.cold_runs`` in all) and the median reported: one fresh process on
+#: a busy machine is a noisy sample (seconds)
+COLD_REPEAT_UNDER_S = 5.0
 
 
 class BudgetSpent(Exception):
@@ -60,34 +75,36 @@ def timeit(fn, *, warmup=1, repeats=5, sync=None, adaptive=True, limit_s=None):
     ``limit_s``, no call is started that the slowest call so far says would end
     past it (at least one timed call is made). Returns ``(median, times)``.
     """
+    plan = {"warmup": warmup, "repeats": repeats, "adaptive": adaptive}
+    clock = _Clock(fn, contextlib.nullcontext, sync)
+    time_alternating({"fn": (clock, plan)}, limit_s=limit_s)
+    return statistics.median(clock.times), clock.times
+
+
+def time_alternating(sides, *, limit_s=None):
+    """Time several callables against each other: ``sides`` maps a name to
+    ``(clock, plan)`` (a :class:`_Clock` and ``{"warmup", "repeats",
+    "adaptive"}``). Each side makes its warm-up calls, then the sides take
+    turns call by call, as many timed calls each (the fewest any side's plan
+    allows, see :func:`timeit` for ``adaptive`` and ``limit_s``): a machine
+    whose speed drifts slows every side alike. The times land in each clock's
+    ``times``."""
     start = time.perf_counter()
-    slowest = 0.0
-
-    def call():
-        nonlocal slowest
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        t = time.perf_counter() - t0
-        slowest = max(slowest, t)
-        return t
-
-    first = None
-    for _ in range(warmup):
-        first = call()
-    if adaptive and first is not None:
-        repeats = _adapt(repeats, first)
-    times = []
-    for _ in range(max(repeats, 1)):
-        if (
-            times
-            and limit_s is not None
-            and time.perf_counter() - start + slowest > limit_s
-        ):
-            break
-        times.append(call())
-    return statistics.median(times), times
+    counts = []
+    for clock, plan in sides.values():
+        first = None
+        for _ in range(plan["warmup"]):
+            first = clock.call()
+        adapt = plan.get("adaptive", True) and first is not None
+        counts.append(_adapt(plan["repeats"], first) if adapt else plan["repeats"])
+    for _ in range(max(min(counts), 1) if counts else 0):
+        for clock, _ in sides.values():
+            late = (
+                limit_s is not None
+                and time.perf_counter() - start + clock.slowest > limit_s
+            )
+            if not (clock.times and late):
+                clock.times.append(clock.call())
 
 
 def _adapt(repeats, seconds):
@@ -193,6 +210,9 @@ class Bench:
     cold : {"fork", "spawn", "off"}
         How the cold call's fresh process starts (:mod:`xpml.bench._cold`);
         ``"off"`` times warm calls only.
+    cold_runs : int
+        Fresh processes a side's cold call is timed in (the median is
+        reported), while it takes under :data:`COLD_REPEAT_UNDER_S`.
     budget_s : float or None
         Wall time for the whole run: a case is not started once it is spent
         (:class:`BudgetSpent`), and no cold call or warm loop runs past it.
@@ -216,6 +236,7 @@ class Bench:
         repeats=5,
         warmup=1,
         cold="fork",
+        cold_runs=3,
         preload=(),
         budget_s=None,
         case_timeout_s=None,
@@ -227,10 +248,13 @@ class Bench:
     ):
         if cold not in COLD_MODES:
             raise ValueError(f"cold must be one of {COLD_MODES}, got {cold!r}")
+        if not isinstance(cold_runs, int) or cold_runs < 1:
+            raise ValueError(f"cold_runs must be an integer >= 1, got {cold_runs!r}")
         self.backend, self.device = backend, device
         self.quick, self.tiny = quick or tiny, tiny
         self.repeats, self.warmup = repeats, warmup
         self.cold, self.preload = cold, tuple(preload)
+        self.cold_runs = cold_runs
         self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
         self.ref_once_over_s = ref_once_over_s
         self.reference = reference or {}
@@ -322,27 +346,42 @@ class Bench:
             fn, side=side, backend=backend, device=device, timeout=self._limit()
         )
 
-    def _warm(self, fn, side, cold, *, once, plan, notes):
-        """Warm timing in this process: ``(median or None, calls timed)``.
-        ``once``: the cold call stands for it (without one: one call here, no
-        warm-up). A loop that would not fit in the time left is shortened, or
-        skipped with a note."""
-        import xpml
+    def _cold_calls(self, sides):
+        """``{side: cold result}`` for ``sides`` (``[(fn, side), ...]``): the
+        first call of each in a fresh process, repeated in new ones while it
+        takes under :data:`COLD_REPEAT_UNDER_S` (``cold_runs`` in all), the
+        sides alternating; the median time is reported (:func:`_median_cold`)."""
+        runs = {side: [] for _, side in sides}
+        for i in range(self.cold_runs if self.cold != "off" else 1):
+            if i and self.budget_spent():
+                break
+            for fn, side in sides:
+                done = runs[side]
+                if done and not _worth_repeating(done[-1]):
+                    continue
+                done.append(self._cold_call(fn, side))
+        return {side: _median_cold(r) for side, r in runs.items()}
 
+    def _warm_plan(self, side, cold, *, once, plan, notes):
+        """How ``side`` is timed warm here: ``{"warmup", "repeats", "adaptive"}``,
+        or None when it is not. ``once``: the cold call stands for it (without
+        one: one call here, no warm-up). A loop that would not fit in the time
+        left is shortened, or skipped with a note."""
         warmup, repeats = plan["warmup"], plan["repeats"]
+        adaptive = plan.get("adaptive", True)
         if cold.get("died"):  # a crash (e.g. in a native library) would take
             # this process with it: not run here
             notes.append(f"{side}: its cold process died; not run in this one")
-            return None, 0
+            return None
         if once:
             if cold.get("ok") or cold.get("timed_out_after_s"):
-                return None, 0
+                return None
             warmup, repeats = 0, 1
         limit, estimate = self._limit(), _cold_estimate(cold)
-        sync = sync_for(self.backend, self.device) if side == "xpml" else None
-        if estimate is not None and estimate > WARMUP_COVERED_S and not sync:
+        on_device = side == "xpml" and sync_for(self.backend, self.device)
+        if estimate is not None and estimate > WARMUP_COVERED_S and not on_device:
             warmup = 0
-            if plan.get("adaptive", True):
+            if adaptive:
                 repeats = _adapt(repeats, estimate)
         if limit is not None and estimate is not None:
             fits = int(limit // max(estimate, 1e-9))
@@ -353,40 +392,33 @@ class Bench:
                     else f"a call takes ~{estimate:.0f} s"
                 )
                 notes.append(f"{side} not timed warm ({took}; {limit:.0f} s allowed)")
-                return None, 0
+                return None
             repeats = min(repeats, fits - warmup)
-        with (
-            xpml.backend(self.backend, device=self.device, output="backend")
-            if side == "xpml"
-            else contextlib.nullcontext()
-        ):
-            t, times = timeit(
-                fn,
-                warmup=warmup,
-                repeats=repeats,
-                sync=sync,
-                adaptive=plan.get("adaptive", True),
-                limit_s=self.time_left(),
-            )
-        return t, len(times)
+        return {"warmup": warmup, "repeats": max(repeats, 1), "adaptive": adaptive}
 
-    def _time_reference(self, ref_fn, estimate, *, once, plan, notes):
-        """The reference's ``(warm s, warm calls, cold detail)``; not run when
-        its ``estimate`` (seconds) is over the time allowed."""
-        limit = self._limit()
-        if estimate is not None and limit is not None and estimate > limit:
-            notes.append(
-                f"reference not run: estimated {estimate:.0f} s > {limit:.0f} s allowed"
+    def _warm_calls(self, timed):
+        """Warm timing in this process of the sides in ``timed`` (``[(side, fn,
+        plan), ...]``), alternating call by call (:func:`time_alternating`).
+        Returns ``{side: (median s or None, calls timed)}``."""
+        import xpml
+
+        def ctx(side):
+            if side != "xpml":
+                return contextlib.nullcontext
+            return lambda: xpml.backend(
+                self.backend, device=self.device, output="backend"
             )
-            return None, 0, {"ok": False, "skipped_estimate_s": estimate}
-        cold = self._cold_call(ref_fn, "ref")
-        slow = self.ref_once_over_s is not None and (
-            (cold.get("s") or 0) > self.ref_once_over_s
-        )
-        t, calls = self._warm(
-            ref_fn, "reference", cold, once=once or slow, plan=plan, notes=notes
-        )
-        return t, calls, cold
+
+        sync = sync_for(self.backend, self.device)
+        sides = {
+            side: (_Clock(fn, ctx(side), sync if side == "xpml" else None), plan)
+            for side, fn, plan in timed
+        }
+        time_alternating(sides, limit_s=self.time_left())
+        return {
+            side: (statistics.median(c.times) if c.times else None, len(c.times))
+            for side, (c, _) in sides.items()
+        }
 
     def compare(
         self,
@@ -422,22 +454,45 @@ class Bench:
             "warmup": self.warmup if warmup is None else warmup,
             "repeats": repeats or self.repeats,
         }
-        x_cold = self._cold_call(xpml_fn, "xpml")
-        t_x, n_x = self._warm(
-            xpml_fn, "xpml", x_cold, once=once, plan=plan, notes=notes
-        )
         known = self.reference.get((suite, case, int(n)))
         t_r, n_r, r_cold = None, 0, {}
+        run_ref = known is None and ref_fn is not None
+        limit = self._limit()
+        if run_ref and None not in (ref_estimate_s, limit) and ref_estimate_s > limit:
+            notes.append(
+                f"reference not run: estimated {ref_estimate_s:.0f} s > "
+                f"{limit:.0f} s allowed"
+            )
+            r_cold, run_ref = {"ok": False, "skipped_estimate_s": ref_estimate_s}, False
+        sides = [(xpml_fn, "xpml")] + ([(ref_fn, "ref")] if run_ref else [])
+        colds = self._cold_calls(sides)
+        x_cold = colds["xpml"]
+        timed = []
+        x_plan = self._warm_plan("xpml", x_cold, once=once, plan=plan, notes=notes)
+        if x_plan:
+            timed.append(("xpml", xpml_fn, x_plan))
         if known is not None:
             t_r, n_r, r_cold, ref_name = _known_reference(known, ref_name)
             if t_r is None and r_cold.get("s") is None:
                 notes.append(f"reference: not timed in {self.reference_name}")
-        elif ref_fn is not None:
-            # as many calls as xpml had, when it had some
-            plan = {**plan, "repeats": n_x or plan["repeats"], "adaptive": not n_x}
-            t_r, n_r, r_cold = self._time_reference(
-                ref_fn, ref_estimate_s, once=once or ref_once, plan=plan, notes=notes
+        elif run_ref:
+            r_cold = colds["ref"]
+            slow = self.ref_once_over_s is not None and (
+                (r_cold.get("s") or 0) > self.ref_once_over_s
             )
+            r_plan = self._warm_plan(
+                "reference",
+                r_cold,
+                once=once or ref_once or slow,
+                plan=plan,
+                notes=notes,
+            )
+            if r_plan:
+                timed.append(("reference", ref_fn, r_plan))
+        warm = self._warm_calls(timed)
+        t_x, n_x = warm.get("xpml", (None, 0))
+        if run_ref:
+            t_r, n_r = warm.get("reference", (None, 0))
         r = Result(
             suite,
             case,
@@ -475,6 +530,7 @@ class Bench:
             "repeats": self.repeats,
             "warmup": self.warmup,
             "cold": self.cold,
+            "cold_runs": self.cold_runs,
             "budget_s": self.budget_s,
             "case_timeout_s": self.case_timeout_s,
             "ref_once_over_s": self.ref_once_over_s,
@@ -505,7 +561,9 @@ class Bench:
                 + ", ".join(f"{k}={v}" for k, v in info.items() if v)
                 + "\n\n"
             )
-            fh.write(markdown_table(self.results, cold=self.cold))
+            fh.write(
+                markdown_table(self.results, cold=self.cold, cold_runs=self.cold_runs)
+            )
             for line in self.stopped:
                 fh.write(f"\n* {line}")
             if self.stopped:
@@ -581,6 +639,51 @@ def _cold_estimate(c):
     return None
 
 
+def _worth_repeating(c):
+    """Whether a cold call is timed again in another fresh process."""
+    return bool(c.get("ok")) and c["s"] < COLD_REPEAT_UNDER_S
+
+
+def _median_cold(runs):
+    """One cold result from a side's runs: the first's details, the median time
+    of those that finished (``runs_s``: every run's time, None where it failed;
+    ``repeat_error``: a later run's error)."""
+    if not runs:
+        return {}
+    out = dict(runs[0])
+    if len(runs) == 1 or not out.get("ok"):
+        return out
+    times = [r["s"] for r in runs if r.get("ok")]
+    out["s"] = statistics.median(times)
+    out["runs_s"] = [r.get("s") if r.get("ok") else None for r in runs]
+    peaks = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb") is not None]
+    if peaks:
+        out["peak_rss_mb"] = max(peaks)
+    errors = [r.get("error") for r in runs if not r.get("ok")]
+    if errors:
+        out["repeat_error"] = errors[0]
+    return out
+
+
+class _Clock:
+    """Times calls of one side of a case (its backend context entered outside
+    the timer, a device synchronisation inside it)."""
+
+    def __init__(self, fn, ctx, sync):
+        self.fn, self.ctx, self.sync = fn, ctx, sync
+        self.times, self.slowest = [], 0.0
+
+    def call(self):
+        with self.ctx():
+            t0 = time.perf_counter()
+            self.fn()
+            if self.sync:
+                self.sync()
+            t = time.perf_counter() - t0
+        self.slowest = max(self.slowest, t)
+        return t
+
+
 def _ms(s):
     return "-" if s is None else f"{s * 1e3:.1f}"
 
@@ -609,12 +712,16 @@ def _ratio_cell(v, mark=""):
     return "-" if v is None else f"{v:.2f}{mark}"
 
 
-def markdown_table(results, cold="fork"):
+def markdown_table(results, cold="fork", cold_runs=1):
     """The results as a markdown table with a short legend."""
     lines = [
         "cold: the first call in a fresh process (imports and data not timed; "
-        f"process start: {cold}). warm: median of repeats after a warm-up in one "
-        f"process (on the CPU, none after a cold call over {WARMUP_COVERED_S:.0f} s). ratio = xpml / reference (below 1: xpml is faster). "
+        f"process start: {cold}), the median over {cold_runs} such processes for "
+        f"calls under {COLD_REPEAT_UNDER_S:.0f} s, the two sides alternating. "
+        "warm: median of repeats after a warm-up in one process, xpml and the "
+        "reference alternating call by call (on the CPU, no warm-up after a cold "
+        f"call over {WARMUP_COVERED_S:.0f} s). ratio = xpml / reference (below 1: "
+        "xpml is faster). "
         "† the reference was timed once (cold), which stands for its warm time. "
         "peak MB: the cold process's peak resident memory (ru_maxrss), and in "
         "brackets what the call added to it; GPU: device memory the process held "
