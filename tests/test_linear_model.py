@@ -53,6 +53,34 @@ def test_linear_regression_rank_deficient_is_pinv_and_sklearn(xp):
     assert m.rank_ == 3
 
 
+@pytest.mark.parametrize("n", [11, 60])  # wide enough for the plain SVD; tall
+def test_pinv_solve_reduces_tall_systems_to_the_same_answer(xp, n, monkeypatch):
+    """A tall system is solved from the R factor of [A | b] (Qᵀb beside R_A):
+    the minimum-norm solution and A's singular values, for several right-hand
+    sides and a rank-deficient A, as the pseudo-inverse gives them."""
+    import xpml.linear_model._base as base
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(n, 4))
+    A = np.hstack([A, A[:, :1] - A[:, 3:4]])  # rank 4 of 5
+    B = rng.normal(size=(n, 2))
+    reduced = []
+    real = base.r_factor_of
+    monkeypatch.setattr(
+        base, "r_factor_of", lambda M, **kw: reduced.append(1) or real(M, **kw)
+    )
+    for b in (B, B[:, 0]):
+        x, keep, s = base.pinv_solve(xp.asarray(A), xp.asarray(b), xp=xp.xp)
+        np.testing.assert_allclose(
+            xp.to_numpy(x), np.linalg.pinv(A, rcond=1e-6) @ b, rtol=0, atol=1e-10
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(s), np.linalg.svd(A, compute_uv=False), rtol=1e-12, atol=1e-12
+        )
+        assert int(np.sum(xp.to_numpy(keep))) == 4
+    assert len(reduced) == (2 if n == 60 else 0)
+
+
 def test_linear_regression_weighted_equals_sklearn(xp):
     X, y, sw = _regression()
     m = LinearRegression().fit(

@@ -242,6 +242,12 @@ def _r_factor_torch(A, /, *, xp):
     return torch.linalg.qr(A, mode="r")[1]
 
 
+def r_factor_of(A, /, *, xp):
+    """``R`` of the reduced QR of ``A``, through the library's fast path when it
+    has one (:func:`r_factor`)."""
+    return dispatch("r_factor", xp)(A, xp=xp)
+
+
 def right_singular(A, /, *, xp, fast=True):
     """Singular values and right singular vectors ``(s, Vt)`` of ``A`` (n, d).
 
@@ -254,9 +260,7 @@ def right_singular(A, /, *, xp, fast=True):
     """
     n, d = A.shape
     if fast and n >= 2 * d:
-        _, s, Vt = xp.linalg.svd(
-            dispatch("r_factor", xp)(A, xp=xp), full_matrices=False
-        )
+        _, s, Vt = xp.linalg.svd(r_factor_of(A, xp=xp), full_matrices=False)
         return s, Vt
     _, s, Vt = xp.linalg.svd(A, full_matrices=False)
     return s, Vt

@@ -1,7 +1,9 @@
-"""Ridge and Newton (IRLS) logistic regression fits against scikit-learn.
+"""Least squares, Ridge and Newton (IRLS) logistic regression fits against
+scikit-learn.
 
-Same data, same penalty, both run in this process: Ridge(alpha=1) against
-``sklearn.linear_model.Ridge`` (its default "auto" → Cholesky solver), and
+Same data, same penalty, both run in this process: LinearRegression against
+``sklearn.linear_model.LinearRegression`` (``scipy.linalg.lstsq``), Ridge(alpha=1)
+against ``sklearn.linear_model.Ridge`` (its default "auto" → Cholesky solver), and
 ``LogisticRegression(solver="newton", C=1)`` against scikit-learn's default
 (lbfgs) at the same tolerance scale.
 """
@@ -25,11 +27,19 @@ def _data(n, seed=0):
 def run(bench):
     from sklearn import linear_model as sk
 
-    from xpml.linear_model import LogisticRegression, Ridge
+    from xpml.linear_model import LinearRegression, LogisticRegression, Ridge
 
     for n in bench.sizes([100_000], [10_000]):
         X, y_reg, y_clf = _data(n)
         Xb, yb_reg, yb_clf = bench.to_backend(X, y_reg, y_clf)
+        bench.compare(
+            "linear",
+            f"LinearRegression d={D}",
+            n,
+            lambda: LinearRegression().fit(Xb, yb_reg),
+            lambda: sk.LinearRegression().fit(X, y_reg),
+            params={"d": D},
+        )
         bench.compare(
             "linear",
             f"Ridge alpha=1 d={D}",

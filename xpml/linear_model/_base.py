@@ -13,6 +13,7 @@ import numpy as np
 
 from xpml._typing import Array, ArrayLike
 from xpml.exceptions import LinAlgError
+from xpml.linalg import r_factor_of
 from xpml.utils._array_api import device as _device
 from xpml.utils._array_api import (
     dispatch,
@@ -225,7 +226,15 @@ def pinv_solve(A, b, /, *, xp, rcond=None):
     are treated as zero, so rank-deficient (or nearly collinear) ``A`` gives the
     minimum-norm solution instead of huge cancelling coefficients.
     Returns ``(x, keep, singular_values)``.
+
+    A tall ``A`` (``n ≥ 2(d + k)`` for ``k`` right-hand sides) is first reduced
+    to ``d`` rows: the R factor of ``[A | b] = Q R`` holds ``R_A`` (d × d) and
+    ``Qᵀ b`` in its first ``d`` rows, and ``A⁺ b = R_A⁺ Qᵀ b`` since ``Q`` has
+    orthonormal columns; the singular values are ``A``'s. That is what LAPACK's
+    least-squares drivers do, and it never forms ``U`` (n × d) nor, where the
+    library's QR can skip it, ``Q`` (:func:`xpml.linalg.r_factor`).
     """
+    A, b = _reduce_tall(A, b, xp=xp)
     U, s, Vt = xp.linalg.svd(A, full_matrices=False)
     if rcond is None:
         rcond = default_rcond(A.dtype, xp=xp)
@@ -235,6 +244,18 @@ def pinv_solve(A, b, /, *, xp, rcond=None):
     Utb = U.T @ b
     coef = Vt.T @ (s_inv[:, None] * Utb if len(b.shape) == 2 else s_inv * Utb)
     return coef, keep, s
+
+
+def _reduce_tall(A, b, /, *, xp):
+    """``(R_A, Qᵀ b)`` from the R factor of ``[A | b]`` when ``A`` is tall
+    enough for it to pay (see :func:`pinv_solve`), else ``(A, b)``."""
+    n, d = A.shape
+    B = b[:, None] if len(b.shape) == 1 else b
+    if d == 0 or n < 2 * (d + B.shape[1]):
+        return A, b
+    R = r_factor_of(xp.concat([A, xp.astype(B, A.dtype)], axis=1), xp=xp)
+    Qtb = R[:d, d:]
+    return R[:d, :d], (Qtb[:, 0] if len(b.shape) == 1 else Qtb)
 
 
 def _is_scipy_sparse(X):
