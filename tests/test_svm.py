@@ -269,6 +269,49 @@ def test_fast_and_portable_subproblem_solvers_agree():
     assert abs(a1 @ y) < 1e-12
 
 
+@pytest.mark.parametrize("tol", [0.5, 0.05, 0.0])
+def test_host_subproblem_stops_where_the_portable_one_does(tol):
+    """The host solver tests only the partner it picked against ``tol`` and
+    scans every ``I_low`` score when that one is below it (at a loose inner
+    tolerance, most working sets end there); with ``tol = 0`` the clipped
+    scores cannot decide and the full test runs. Same steps, same answer as
+    the portable solver, which tests the maximum every step."""
+    import array_api_strict as xs
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(60, 2))
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    y = np.where(X[:, 0] + 0.8 * rng.normal(size=60) > 0, 1.0, -1.0)
+    C = np.full(60, 1.0)
+    a0, v0 = np.zeros(60), y.copy()
+    kw = {"tol": tol, "max_steps": 400}
+    a1, v1, s1 = solve_subproblem(K, y, a0, C, v0, xp=np, **kw)
+    a2, v2, s2 = solve_subproblem(
+        *(xs.asarray(z) for z in (K, y, a0, C, v0)), xp=xs, **kw
+    )
+    assert s1 == s2 and 0 < s1 < 400
+    np.testing.assert_allclose(np.asarray(a2), a1, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(v2), v1, atol=1e-12)
+
+
+@pytest.mark.parametrize("tol", [1e-3, 0.0, -0.5])
+def test_host_subproblem_takes_no_step_when_optimal_by_a_margin(tol):
+    """``v = −y``: every score ``b = m − v`` over ``I_low`` is −2, below any
+    of these ``tol``; the clipped scores (all 0) must not be read as a
+    violation when ``tol ≤ 0``."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(20, 2))
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    y = np.where(rng.random(20) < 0.5, 1.0, -1.0)
+    a0 = np.zeros(20)
+    a1, v1, steps = solve_subproblem(
+        K, y, a0, np.ones(20), -y, xp=np, tol=tol, max_steps=50
+    )
+    assert steps == 0
+    np.testing.assert_array_equal(a1, a0)
+    np.testing.assert_array_equal(v1, -y)
+
+
 # --------------------------------------------------------- memory budget
 def test_small_cache_budget_keeps_peak_under_budget():
     rng = np.random.default_rng(0)
