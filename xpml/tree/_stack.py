@@ -196,7 +196,7 @@ def _chunk_sum(value, leaves, mk, s, tmp):
     values, each times its row of ``mk`` (T_c, m) when given."""
     for t in range(int(leaves.shape[0])):
         v = s if t == 0 else tmp
-        value.take(leaves[t], axis=0, out=v, mode="clip")
+        value.take(leaves[t], axis=0, out=v, mode="wrap")
         if mk is not None:
             np.multiply(v, mk[t].reshape((-1,) + (1,) * (v.ndim - 1)), out=v)
         if t:
