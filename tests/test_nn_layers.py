@@ -574,3 +574,27 @@ def test_conv_numpy_image_blocks_equal_the_portable_paths(
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(X, Xc)
     np.testing.assert_array_equal(W, Wc)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "kernel, stride, pad",
+    [
+        ((3, 3), (1, 1), ((1, 1), (1, 1))),
+        ((3, 2), (2, 1), ((0, 0), (0, 0))),
+        ((2, 3), (1, 2), ((2, 0), (1, 1))),
+        ((3, 3), (1, 1), ((2, 1), (2, 0))),  # the correlation's uneven padding
+    ],
+)
+def test_conv_window_sizes_match_the_block_buffers(dtype, kernel, stride, pad):
+    """The block sizing reads one image's window grid and bytes from
+    ``_window_sizes`` (arithmetic, issue 16: no one-image buffers made just to
+    measure them); they are those of the buffers ``_BlockWindows`` builds."""
+    from xpml.nn import conv
+
+    X = np.zeros((3, 7, 6, 5), dtype=dtype)
+    made = conv._BlockWindows(1, X, kernel, stride, pad)
+    Ho, Wo, nbytes = conv._window_sizes(X, kernel, stride, pad)
+    assert (Ho, Wo) == made.V.shape[1:3]
+    assert Ho * Wo == made.per
+    assert nbytes == made.bytes == made.A[0].nbytes

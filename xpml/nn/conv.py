@@ -516,6 +516,16 @@ def _window_view(Xp, kernel, stride):
     )
 
 
+def _window_sizes(X, kernel, stride, pad=((0, 0), (0, 0))):
+    """``(H_out, W_out, bytes)``: the window grid of each image of NHWC ``X``
+    padded by ``pad`` and one image's window matrix in bytes, as
+    :class:`_BlockWindows` lays them out (without allocating its buffers)."""
+    ((t, b), (l, r)), (H, Wd, C) = pad, X.shape[1:]
+    (kh, kw), (sh, sw) = kernel, stride
+    Ho, Wo = (t + H + b - kh) // sh + 1, (l + Wd + r - kw) // sw + 1
+    return Ho, Wo, Ho * Wo * kh * kw * C * X.dtype.itemsize
+
+
 class _BlockWindows:
     """One thread's buffers for the window matrix of a block of images (NumPy):
     with padding ``pad = ((top, bottom), (left, right))``, the block is copied
@@ -571,9 +581,8 @@ def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
     kernel, Co = W.shape[:2], W.shape[3]
     Wm = np.reshape(W, (-1, Co))
     pad = _both_sides(padding)
-    shape = _BlockWindows(1, X[:1], kernel, stride, pad)
-    per_image, per, Ho = shape.bytes, shape.per, shape.V.shape[1]
-    Wo = per // Ho
+    Ho, Wo, per_image = _window_sizes(X, kernel, stride, pad)
+    per = Ho * Wo
     Z = np.empty((X.shape[0] * per, Co), dtype=np.result_type(X, W))
     in_place = b is not None and b.dtype == Z.dtype
     if in_place:
@@ -617,10 +626,7 @@ def _weight_grad_portable(X, dZ, /, kernel, stride, padding, *, xp):
 @fast_path("nn.conv_weight_grad", "numpy", example=_weight_grad_example)
 def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
     Co, pad = dZ.shape[3], _both_sides(padding)
-    per, per_image = (
-        dZ.shape[1] * dZ.shape[2],
-        _BlockWindows(1, X[:1], kernel, stride, pad).bytes,
-    )
+    per, per_image = dZ.shape[1] * dZ.shape[2], _window_sizes(X, kernel, stride, pad)[2]
     dZm = np.reshape(dZ, (-1, Co))
 
     def task(blocks, step):
@@ -762,7 +768,7 @@ def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
         for i0, i1 in blocks:
             np.matmul(windows.fill(i0, i1), W_rot, out=dX[i0 * per : i1 * per])
 
-    per_image = _BlockWindows(1, dZ[:1], (kh, kw), (1, 1), pad).bytes
+    per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
     _map_image_groups(task, N, per_image, xp=xp)
     return np.reshape(dX, (N, H, Wd, Ci))
 
@@ -845,7 +851,7 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
             dW_rot = dW_rot + Xm[i0 * per : i1 * per].T @ B  # (C_in, k_h·k_w·C_out)
         return dW_rot
 
-    per_image = _BlockWindows(1, dZ[:1], (kh, kw), (1, 1), pad).bytes
+    per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
     parts = _map_image_groups(task, N, per_image, xp=xp)
     dW_rot = np.reshape(sum(parts[1:], parts[0]), (Ci, kh, kw, Co))
     dW = np.transpose(np.flip(dW_rot, axis=(1, 2)), (1, 2, 0, 3))
