@@ -90,6 +90,23 @@ def test_blas_limit_reaches_numpys_blas_and_restores_it(monkeypatch):
     L._blas_controller.cache_clear()
 
 
+def test_blas_controller_is_made_with_the_module():
+    """The BLAS controller is built when ``xpml.linalg`` is imported (issue 16:
+    not by the first call that limits BLAS), in a fresh interpreter."""
+    pytest.importorskip("threadpoolctl")
+    import subprocess
+    import sys
+
+    code = (
+        "import xpml.linalg as L; i = L._blas_controller.cache_info(); "
+        "print(i.misses, i.currsize, L._blas_controller() is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["1", "1", "True"]
+
+
 def test_blas_limit_shared_by_overlapping_fits():
     """Two fits whose one-thread limits overlap without nesting (threads: the
     first leaves while the second still runs) leave BLAS as it was before

@@ -144,6 +144,15 @@ class _BlasThreads:
                 c.set_num_threads(n)
 
 
+# Made with the module, not by the first call that reads or limits BLAS threads
+# (issue 16): opening the library handles costs ~1.7 ms of CPU in every new
+# process (most of it ctypes building each handle's function class), a
+# noticeable share of a first conv-layer step or k-d tree query (~25-50 ms).
+# A failure here is left to the first use, which raises as before.
+with contextlib.suppress(Exception):
+    _blas_controller()
+
+
 MAX_THREADS = 8
 """Most host threads a tiled NumPy loop uses (:func:`map_row_blocks`)."""
 
