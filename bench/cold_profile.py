@@ -15,8 +15,10 @@ forked child a full collection also copies the server's pages).
     python bench/cold_profile.py                      # gram kernel_ridge linear ...
     python bench/cold_profile.py svm trees --case fit  # chosen suites and cases
     python bench/cold_profile.py --out bench/results/cold-profile-2core.md
+    python bench/cold_profile.py gram --n 5000 --n 10000  # other full sizes
 
-Each suite runs at the smallest of its full sizes (the sizes the bench quotes),
+Each suite runs at the smallest of its full sizes (the sizes the bench quotes;
+``--n`` picks others of them),
 with one BLAS thread on both sides unless ``--blas-threads`` says otherwise.
 Absolute times on a shared machine are noisy; first/second within one process
 is the steadier figure.
@@ -256,9 +258,18 @@ class ProfileBench(Bench):
     instead of timing it cold and warm (same suites, same closures)."""
 
     def __init__(
-        self, *, cases=(), skip=(), repeats=3, preload=(), echo=print, on_row=None
+        self,
+        *,
+        cases=(),
+        skip=(),
+        repeats=3,
+        preload=(),
+        echo=print,
+        on_row=None,
+        n=(),
     ):
         super().__init__(cold="off", repeats=repeats)
+        self.n = list(n)
         self.case_filter, self.skip = list(cases), list(skip)
         self.rows = []
         self.runner = ColdRunner("fork", preload=preload)
@@ -266,6 +277,8 @@ class ProfileBench(Bench):
         self.say, self.on_row = echo, on_row
 
     def sizes(self, full, quick, tiny=None):
+        if self.n:  # the full sizes asked for (the smallest if none is)
+            return [m for m in full if m in self.n] or [min(full)]
         return [min(full)]
 
     def compare(
@@ -401,6 +414,13 @@ def main(argv=None):
         "--skip", action="append", default=None, help="substring of cases to leave out"
     )
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--n",
+        type=int,
+        action="append",
+        default=[],
+        help="a full bench size to run (default: each suite's smallest)",
+    )
     p.add_argument("--out", default=None, help="markdown file (and .json beside it)")
     p.add_argument(
         "--blas-threads",
@@ -420,6 +440,7 @@ def main(argv=None):
         skip=skip,
         repeats=args.repeats,
         preload=preload,
+        n=args.n,
         on_row=lambda: args.out and _write(bench, args, time.perf_counter() - t0),
     )
     print(HEADER)
