@@ -724,7 +724,7 @@ def test_in_place_fast_paths_agree_on_separate_buffers():
         for fast in (True, False):
             buf = np.full((10, 40), np.nan)
             write = dispatch("svm.rows_into", np, fast=fast)
-            outs.append(write(buf, X[rows], X, slots, spec, xp=np, memo={}))
+            outs.append(write(buf, X, rows, slots, spec, xp=np, memo={}))
         for out in outs:
             np.testing.assert_allclose(out[slots], K[rows], rtol=1e-12, atol=1e-15)
         np.testing.assert_array_equal(outs[0], outs[1])  # bit for bit, NaN elsewhere
@@ -746,15 +746,24 @@ def test_in_place_fast_paths_agree_on_separate_buffers():
     again = dispatch("svm.grow_rows", np)(grown, 8, 8, xp=np)  # no copy, no write
     assert np.shares_memory(again, grown)
     np.testing.assert_array_equal(again[:2], old)
-    XB = X[rng.permutation(40)[:9]]
+    B = rng.permutation(40)[:9]
     memo = {"q": 12}
-    fast = dispatch("svm.block", np)(XB, spec, xp=np, memo=memo)
-    slow = dispatch("svm.block", np, fast=False)(XB, spec, xp=np, memo={})
+    fast = dispatch("svm.block", np)(X, B, spec, xp=np, memo=memo)
+    slow = dispatch("svm.block", np, fast=False)(X, B, spec, xp=np, memo={})
     np.testing.assert_array_equal(fast, slow)  # the Gram engine's values
     np.testing.assert_array_equal(np.diagonal(fast), 1.0)
-    again = dispatch("svm.block", np)(XB[:5], spec, xp=np, memo=memo)
+    # the factors kept in memo by the first call serve the next ones
+    again = dispatch("svm.block", np)(X, B[:5], spec, xp=np, memo=memo)
     assert np.shares_memory(again, fast)  # one buffer for every working set
     np.testing.assert_array_equal(again, slow[:5, :5])
+    # and the rows of the cache (the same factors, one memo per X)
+    got, ref = (
+        dispatch("svm.rows_into", np, fast=f)(
+            np.full((10, 40), np.nan), X, B[:4], np.arange(4), spec, xp=np, memo=m
+        )
+        for f, m in ((True, memo), (False, {}))
+    )
+    np.testing.assert_array_equal(got, ref)
 
 
 def test_shrinking_in_groups_matches_no_shrinking_and_sklearn():

@@ -405,75 +405,91 @@ def _example_rows_into():
     X = rng.normal(size=(9, 3))
     spec = ("rbf", {"gamma": 0.4}, None)
     buf = np.zeros((6, 9))  # new rows into the consecutive slots 2, 3, 4
-    return (buf, X[[5, 0, 7]], X, np.array([2, 3, 4]), spec), {"xp": np, "memo": {}}
+    rows = np.array([5, 0, 7])
+    return (buf, X, rows, np.array([2, 3, 4]), spec), {"xp": np, "memo": {}}
 
 
 @portable("svm.rows_into")
-def _rows_into(buf, Xb, X, slots, spec, /, *, xp, memo):
-    """``buf[slots] = K(Xb, X)`` (``spec``: kernel, params, the Gram engine's
-    budget); returns ``buf``. ``memo`` keeps what a fast path may reuse
-    between calls on the same ``X``."""
+def _rows_into(buf, X, rows, slots, spec, /, *, xp, memo):
+    """``buf[slots] = K(X[rows], X)`` (``spec``: kernel, params, the Gram
+    engine's budget); returns ``buf``. ``memo`` keeps what a fast path may
+    reuse between calls on the same ``X``."""
     kernel, params, budget = spec
+    Xb = xp.take(X, rows, axis=0)
     block = kernel_matrix(Xb, X, kernel, params, xp=xp, memory_budget=budget)
     block = xp.astype(block, buf.dtype, copy=False)
     return dispatch("svm.write_rows", xp)(buf, slots, block, xp=xp)
 
 
 @fast_path("svm.rows_into", "numpy", example=_example_rows_into)
-def _rows_into_numpy(buf, Xb, X, slots, spec, /, *, xp, memo):
+def _rows_into_numpy(buf, X, rows, slots, spec, /, *, xp, memo):
     """NumPy, RBF rows into consecutive slots (new rows while the cache
     grows): the exponent's product is written straight into the cache and
     finished there, as the Gram engine finishes its own block (same
-    operations, same values), with the right factor of ``X`` kept in
-    ``memo``. No transient block: no copy, and no fresh memory touched
-    besides the cache's own rows. Anything else: the portable way."""
+    operations, same values), with both factors of ``X`` kept in ``memo``
+    (:func:`_rbf_memo`). No transient block: no copy, and no fresh memory
+    touched besides the cache's own rows. Anything else: the portable way."""
     kernel, params, _ = spec
     m = slots.shape[0]
     first = int(slots[0]) if m else 0
     run = m and int(slots[-1]) - first == m - 1 and bool(np.all(np.diff(slots) == 1))
     if not (run and kernel == "rbf" and buf.dtype == X.dtype):
-        return _rows_into(buf, Xb, X, slots, spec, xp=xp, memo=memo)
-    gamma = params["gamma"]
-    if memo.get("rbf") is None:
-        memo["rbf"] = _rbf_factors(None, X, gamma, xp=xp)[1]
+        return _rows_into(buf, X, rows, slots, spec, xp=xp, memo=memo)
+    left, right = _rbf_memo(X, params["gamma"], memo, xp=xp)
     out = buf[first : first + m]
-    np.matmul(_rbf_factors(Xb, None, gamma, xp=xp)[0], memo["rbf"].T, out=out)
+    np.matmul(np.take(left, rows, axis=0), right.T, out=out)
     np.minimum(out, 0.0, out=out)
     np.exp(out, out=out)
     return buf
 
 
+def _rbf_memo(X, gamma, memo, *, xp):
+    """Both factors of the RBF exponent for every row of ``X`` (NumPy),
+    made once per ``X`` and kept in ``memo``: a block or a batch of rows
+    then takes its rows of them (one ``take`` each) instead of building
+    them through the namespace (norms, ones, concatenations: about 40 µs a
+    working set). The rows taken are the values :func:`_rbf_factors` gives
+    for those rows alone (each row's norm is its own sum). Two arrays of
+    ``X``'s size, ``d + 2`` columns."""
+    if memo.get("rbf") is None:
+        memo["rbf"] = _rbf_factors(X, X, gamma, xp=xp)
+    return memo["rbf"]
+
+
 def _example_block():
-    X = np.random.default_rng(6).normal(size=(7, 3))
-    return (X, ("rbf", {"gamma": 0.4}, None)), {"xp": np, "memo": {"q": 9}}
+    X = np.random.default_rng(6).normal(size=(10, 3))
+    B = np.array([0, 2, 3, 5, 6, 8, 9])
+    return (X, B, ("rbf", {"gamma": 0.4}, None)), {"xp": np, "memo": {"q": 9}}
 
 
 @portable("svm.block")
-def _block(XB, spec, /, *, xp, memo):
+def _block(X, B, spec, /, *, xp, memo):
     """``K(X_B, X_B)`` by the Gram engine (``spec``: kernel, params, budget)."""
     kernel, params, budget = spec
+    XB = xp.take(X, B, axis=0)
     return kernel_matrix(
         XB, XB, kernel, params, xp=xp, symmetric=True, memory_budget=budget
     )
 
 
 @fast_path("svm.block", "numpy", example=_example_block)
-def _block_numpy(XB, spec, /, *, xp, memo):
+def _block_numpy(X, B, spec, /, *, xp, memo):
     """NumPy RBF: the Gram engine's operations (exponent product, exact zeros
     on the diagonal, clamp and ``exp`` in place) in one buffer of
     ``memo["q"]²`` values kept for every working set, so a fit does not
-    allocate (and fault in) a fresh ``q × q`` block per set. The result is a
-    view of that buffer, valid until the next call."""
+    allocate (and fault in) a fresh ``q × q`` block per set; the factors are
+    rows of :func:`_rbf_memo`'s. The result is a view of that buffer, valid
+    until the next call."""
     kernel, params, _ = spec
-    q = XB.shape[0]
+    q = B.shape[0]
     if kernel != "rbf" or q > memo.get("q", 0):
-        return _block(XB, spec, xp=xp, memo=memo)
+        return _block(X, B, spec, xp=xp, memo=memo)
     flat = memo.get("block")
-    if flat is None or flat.dtype != XB.dtype:
-        flat = memo["block"] = np.empty(memo["q"] ** 2, dtype=XB.dtype)
-    A, B = _rbf_factors(XB, XB, params["gamma"], xp=xp)
+    if flat is None or flat.dtype != X.dtype:
+        flat = memo["block"] = np.empty(memo["q"] ** 2, dtype=X.dtype)
+    left, right = _rbf_memo(X, params["gamma"], memo, xp=xp)
     E = flat[: q * q].reshape(q, q)
-    np.matmul(A, B.T, out=E)
+    np.matmul(np.take(left, B, axis=0), np.take(right, B, axis=0).T, out=E)
     np.fill_diagonal(E, 0.0)
     np.minimum(E, 0.0, out=E)
     np.exp(E, out=E)
@@ -647,8 +663,8 @@ class KernelRows:
         self._note(3 * n_rows)
         self.buf = dispatch("svm.rows_into", xp)(
             self.buf,
-            xp.take(self.X, rows, axis=0),
             self.X,
+            rows,
             slots,
             (self.kernel, self.params, budget),
             xp=xp,
@@ -664,7 +680,8 @@ class KernelRows:
         q = int(Bd.shape[0])
         budget = None if isinstance(self.kernel, str) else 3 * q * q * 8
         return dispatch("svm.block", xp)(
-            xp.take(self.X, Bd, axis=0),
+            self.X,
+            Bd,
             (self.kernel, self.params, budget),
             xp=xp,
             memo=self._memo,
@@ -1061,10 +1078,21 @@ def _working_set(pr, prop, *, q_max):
     up, low = prop.up[:h], prop.low[:h]
     cu, cl, free = prop.dev
     return _WorkingSet(
-        B=np.unique(np.concatenate([pr.kept, up, low])),
+        B=_sorted_unique(np.concatenate([pr.kept, up, low])),
         counts=(pr.kept.shape[0], up.shape[0], low.shape[0]),
         parts=(pr.B_dev, free, cu, cl),
     )
+
+
+def _sorted_unique(idx):
+    """``np.unique`` of a few hundred host ints by a sort: NumPy 2's hash-based
+    ``unique`` costs about four times as much at this size (21 µs against
+    5 µs for 180 ints), once per working set."""
+    s = np.sort(idx)
+    keep = np.empty(s.shape[0], dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def _device_set(ws, n, *, xp):
@@ -1205,7 +1233,7 @@ def _product_once(rows, B, d):
     for c in range(0, B.shape[0], step):
         e = min(c + step, B.shape[0])
         slots = np.arange(e - c)
-        write(scratch, rows.X[B[c:e]], rows.X, slots, spec, xp=np, memo=memo)
+        write(scratch, rows.X, B[c:e], slots, spec, xp=np, memo=memo)
         out += d[c:e] @ scratch[: e - c]
     return out
 
