@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from xpml.bench import Bench
+from xpml.bench import Bench, markdown_table
 from xpml.bench._cold import ColdRunner
 from xpml.cli import main
 
@@ -300,3 +300,36 @@ def test_cli_refuses_a_cold_runs_below_one(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "gram", "--cold-runs", "0"])
     assert "--cold-runs: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_memory_is_prefaulted_before_each_cold_call(monkeypatch):
+    """Before each cold process the runner touches and frees the memory asked
+    for (a VM with free page reporting would otherwise charge the fresh process
+    for faulting it in from the host); 0 turns it off."""
+    import xpml.bench._cold as cold
+
+    touched = []
+    monkeypatch.setattr(cold, "prefault", touched.append)
+    b = _bench(repeats=1, cold_runs=2, cold_prefault_mb=64)
+    try:
+        r = b.compare("t", "c", 1, lambda: None, lambda: None)
+    finally:
+        b.close()
+    assert touched == [64] * 4  # two cold runs of each side
+    assert r.xpml_cold_s is not None and b.settings()["cold_prefault_mb"] == 64
+    md = markdown_table([r], cold="fork", cold_runs=2, prefault_mb=64)
+    assert "64 MB touched and freed untimed" in md
+    assert "touched" not in markdown_table([r], cold="fork", cold_runs=2)
+
+
+def test_prefault_writes_the_memory_it_is_given(monkeypatch):
+    import numpy as np
+
+    import xpml.bench._cold as cold
+
+    sizes = []
+    real_ones = np.ones
+    monkeypatch.setattr(np, "ones", lambda n: sizes.append(n) or real_ones(n))
+    cold.prefault(0)
+    cold.prefault(3)
+    assert sizes == [3 * 2**20 // 8]

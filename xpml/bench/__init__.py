@@ -213,6 +213,10 @@ class Bench:
     cold_runs : int
         Fresh processes a side's cold call is timed in (the median is
         reported), while it takes under :data:`COLD_REPEAT_UNDER_S`.
+    cold_prefault_mb : int
+        MB touched and freed (untimed) before each cold call, so that a VM
+        that hands free memory back to its host does not charge the fresh
+        process for faulting it in again (:mod:`xpml.bench._cold`); 0: off.
     budget_s : float or None
         Wall time for the whole run: a case is not started once it is spent
         (:class:`BudgetSpent`), and no cold call or warm loop runs past it.
@@ -237,6 +241,7 @@ class Bench:
         warmup=1,
         cold="fork",
         cold_runs=3,
+        cold_prefault_mb=1024,
         preload=(),
         budget_s=None,
         case_timeout_s=None,
@@ -255,6 +260,7 @@ class Bench:
         self.repeats, self.warmup = repeats, warmup
         self.cold, self.preload = cold, tuple(preload)
         self.cold_runs = cold_runs
+        self.cold_prefault_mb = max(int(cold_prefault_mb), 0)
         self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
         self.ref_once_over_s = ref_once_over_s
         self.reference = reference or {}
@@ -270,7 +276,9 @@ class Bench:
         """Start what the cold calls need (the fork server imports its libraries
         while the first case builds its data)."""
         if self.cold != "off" and self._runner is None:
-            self._runner = ColdRunner(self.cold, preload=self.preload)
+            self._runner = ColdRunner(
+                self.cold, preload=self.preload, prefault_mb=self.cold_prefault_mb
+            )
             self._runner.start()
 
     # ---------------------------------------------------------------- helpers
@@ -531,6 +539,7 @@ class Bench:
             "warmup": self.warmup,
             "cold": self.cold,
             "cold_runs": self.cold_runs,
+            "cold_prefault_mb": self.cold_prefault_mb,
             "budget_s": self.budget_s,
             "case_timeout_s": self.case_timeout_s,
             "ref_once_over_s": self.ref_once_over_s,
@@ -562,7 +571,12 @@ class Bench:
                 + "\n\n"
             )
             fh.write(
-                markdown_table(self.results, cold=self.cold, cold_runs=self.cold_runs)
+                markdown_table(
+                    self.results,
+                    cold=self.cold,
+                    cold_runs=self.cold_runs,
+                    prefault_mb=self.cold_prefault_mb,
+                )
             )
             for line in self.stopped:
                 fh.write(f"\n* {line}")
@@ -712,12 +726,19 @@ def _ratio_cell(v, mark=""):
     return "-" if v is None else f"{v:.2f}{mark}"
 
 
-def markdown_table(results, cold="fork", cold_runs=1):
+def markdown_table(results, cold="fork", cold_runs=1, prefault_mb=0):
     """The results as a markdown table with a short legend."""
     lines = [
         "cold: the first call in a fresh process (imports and data not timed; "
         f"process start: {cold}), the median over {cold_runs} such processes for "
-        f"calls under {COLD_REPEAT_UNDER_S:.0f} s, the two sides alternating. "
+        f"calls under {COLD_REPEAT_UNDER_S:.0f} s, the two sides alternating"
+        + (
+            f"; before each, {prefault_mb} MB touched and freed untimed (memory "
+            "this VM would otherwise have handed back to its host: bench/README.md)"
+            if prefault_mb
+            else ""
+        )
+        + ". "
         "warm: median of repeats after a warm-up in one process, xpml and the "
         "reference alternating call by call (on the CPU, no warm-up after a cold "
         f"call over {WARMUP_COVERED_S:.0f} s). ratio = xpml / reference (below 1: "

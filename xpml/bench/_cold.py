@@ -21,6 +21,17 @@ Two ways to start the process:
 ``"spawn"``
     A new interpreter per call: its resident memory holds only what the case needs (``xpml bench --large``
     uses it for the peak-memory column).
+
+Memory the machine has handed back. On a virtual machine with free page
+reporting (virtio-balloon, as on the project's Firecracker VMs) the guest gives
+memory that stayed free for about two seconds back to its host, and the next
+first touch of it costs a fault on the host too: about 2 ms per MB here, so a
+fresh process that fills a 200 MB Gram matrix waited 0.4-0.6 s more after an
+idle pause than right after another process had used that memory (44 ms), on
+any library. That is the machine, not the code under test; before each cold
+call the runner touches and frees ``prefault_mb`` MB in this process (untimed),
+so the fresh process gets memory the host backs, as on a machine without
+reporting. ``prefault_mb=0`` measures the machine as it is.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["ColdRunner", "sync_for", "MODES"]
+__all__ = ["ColdRunner", "sync_for", "prefault", "MODES"]
 
 MODES = ("fork", "spawn", "off")
 
@@ -205,12 +216,13 @@ def _child(payload_path, result_path):
 class ColdRunner:
     """Runs one call of a closure in a fresh process (see the module docstring)."""
 
-    def __init__(self, mode="fork", preload=()):
+    def __init__(self, mode="fork", preload=(), prefault_mb=0):
         if mode not in ("fork", "spawn"):
             raise ValueError(f"cold mode must be 'fork' or 'spawn', got {mode!r}")
         if mode == "fork" and not hasattr(os, "fork"):
             mode = "spawn"  # Windows
         self.mode = mode
+        self.prefault_mb = prefault_mb
         self.preload = list(PRELOAD) + [m for m in preload if m not in PRELOAD]
         self._dir = tempfile.mkdtemp(prefix="xpml-bench-cold-")
         atexit.register(self.close)
@@ -268,6 +280,7 @@ class ColdRunner:
                 os.remove(payload)
             return {"ok": False, "error": f"cannot pickle the case: {exc}"[:300]}
         try:
+            prefault(self.prefault_mb)
             try:
                 stopped = self._start(payload, result, timeout)
             except (OSError, RuntimeError, ValueError) as exc:
@@ -336,6 +349,17 @@ class ColdRunner:
 
 _SERVER = "import sys; from xpml.bench._cold import _serve; _serve(sys.argv[1:])"
 _SPAWNED = "import sys; from xpml.bench._cold import _child; _child(*sys.argv[1:])"
+
+
+def prefault(mb):
+    """Touch ``mb`` MB of fresh memory and free it (see the module docstring:
+    the next process then gets memory this machine's host still backs)."""
+    if mb <= 0:
+        return
+    import numpy as np
+
+    block = np.ones(int(mb) << 17)  # float64: 2**17 per MB, every page written
+    del block
 
 
 def _child_env():
