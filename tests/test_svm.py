@@ -312,6 +312,23 @@ def test_host_subproblem_takes_no_step_when_optimal_by_a_margin(tol):
     np.testing.assert_array_equal(v1, -y)
 
 
+def test_working_set_unique_is_numpys():
+    """The working set's sorted unique (a sort and a comparison of
+    neighbours) is ``np.unique``: repeats, one entry, none."""
+    from xpml.svm._smo import _sorted_unique
+
+    rng = np.random.default_rng(9)
+    for idx in (
+        rng.integers(0, 50, size=120),
+        np.array([7]),
+        np.zeros(0, dtype=np.int64),
+        np.array([3, 3, 3]),
+    ):
+        got = _sorted_unique(idx)
+        np.testing.assert_array_equal(got, np.unique(idx))
+        assert got.dtype == idx.dtype
+
+
 # --------------------------------------------------------- memory budget
 def test_small_cache_budget_keeps_peak_under_budget():
     rng = np.random.default_rng(0)
