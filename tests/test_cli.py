@@ -333,3 +333,19 @@ def test_prefault_writes_the_memory_it_is_given(monkeypatch):
     cold.prefault(0)
     cold.prefault(3)
     assert sizes == [3 * 2**20 // 8]
+
+
+def test_the_prefault_covers_what_the_last_cold_call_added(monkeypatch):
+    import xpml.bench._cold as cold
+
+    touched = []
+    monkeypatch.setattr(cold, "prefault", touched.append)
+    runner = ColdRunner("fork", prefault_mb=16)
+    try:
+        for _ in range(2):  # the call fills 128 MB
+            out = runner.run(lambda: np.ones(2**24).sum(), side="ref", timeout=120)
+            assert out["ok"], out
+    finally:
+        runner.close()
+    added = out["peak_rss_mb"] - out["rss_before_mb"]
+    assert added > 100 and touched[0] == 16 and touched[1] >= int(1.25 * added) - 1

@@ -29,9 +29,11 @@ first touch of it costs a fault on the host too: about 2 ms per MB here, so a
 fresh process that fills a 200 MB Gram matrix waited 0.4-0.6 s more after an
 idle pause than right after another process had used that memory (44 ms), on
 any library. That is the machine, not the code under test; before each cold
-call the runner touches and frees ``prefault_mb`` MB in this process (untimed),
-so the fresh process gets memory the host backs, as on a machine without
-reporting. ``prefault_mb=0`` measures the machine as it is.
+call the runner touches and frees ``prefault_mb`` MB in this process (untimed;
+more when the last cold call added more than that to its memory, so that a
+case's next runs are covered), so the fresh process gets memory the host
+backs, as on a machine without reporting. ``prefault_mb=0`` measures the
+machine as it is.
 """
 
 from __future__ import annotations
@@ -223,6 +225,7 @@ class ColdRunner:
             mode = "spawn"  # Windows
         self.mode = mode
         self.prefault_mb = prefault_mb
+        self._last_added_mb = 0.0  # what the last cold call added to its memory
         self.preload = list(PRELOAD) + [m for m in preload if m not in PRELOAD]
         self._dir = tempfile.mkdtemp(prefix="xpml-bench-cold-")
         atexit.register(self.close)
@@ -280,7 +283,8 @@ class ColdRunner:
                 os.remove(payload)
             return {"ok": False, "error": f"cannot pickle the case: {exc}"[:300]}
         try:
-            prefault(self.prefault_mb)
+            if self.prefault_mb > 0:
+                prefault(max(self.prefault_mb, int(1.25 * self._last_added_mb)))
             try:
                 stopped = self._start(payload, result, timeout)
             except (OSError, RuntimeError, ValueError) as exc:
@@ -294,13 +298,16 @@ class ColdRunner:
                 }
             try:
                 with open(result) as fh:
-                    return json.load(fh)
+                    out = json.load(fh)
             except (OSError, ValueError):
                 return {
                     "ok": False,
                     "error": "the process died before reporting",
                     "died": True,
                 }
+            with contextlib.suppress(TypeError, KeyError):
+                self._last_added_mb = out["peak_rss_mb"] - out["rss_before_mb"]
+            return out
         finally:
             for p in (payload, result):
                 with contextlib.suppress(OSError):
