@@ -230,7 +230,9 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
         mul(t, t, gain)
         div(gain, curv, gain)  # second-order gain b²/a over admissible partners
         j = int(gain.argmax())
-        if not (tol > 0 and t.item(j) >= tol) and not _violated(v, pen_low, m, tol):
+        if not (tol > 0 and t.item(j) >= tol) and not _violated(
+            t, v, (pen_low, m, tol)
+        ):
             break
         newton = (m - v.item(j)) / curv.item(j)
         dai, daj = _pair_step(al, (yl, Cl), (pen_up, pen_low), (i, j), newton)
@@ -246,9 +248,14 @@ def _subproblem_numpy(K, y, a, C, v, /, *, tol, max_steps):
     return np.asarray(al, dtype=a.dtype), v, steps
 
 
-def _violated(v, pen_low, m, tol):
+def _violated(t, v, test):
     """Whether some ``b = m − v`` over ``I_low`` reaches ``tol`` (the full
-    stopping test, when the partner picked is below it)."""
+    stopping test, when the partner picked is below it; ``test`` is
+    ``(pen_low, m, tol)``). For ``tol > 0`` the clipped scores ``t = b⁺``
+    answer it (one ``argmax``); else ``b`` is formed again."""
+    pen_low, m, tol = test
+    if tol > 0:
+        return t.item(int(t.argmax())) >= tol
     return bool(((m - v) + pen_low).max() >= tol)
 
 
