@@ -329,6 +329,42 @@ def test_working_set_unique_is_numpys():
         assert got.dtype == idx.dtype
 
 
+@pytest.mark.parametrize("with_previous_set", [False, True])
+def test_numpy_proposal_is_the_portable_one(with_previous_set):
+    """The NumPy proposal (its own functions, no packing) returns what the
+    portable one reads back from its packed transfer: candidates, the free
+    mask of the previous set, the violation, the dual objective and the
+    device arrays it came from; on a state with variables at both bounds,
+    and with fewer admissible candidates than asked for."""
+    import array_api_compat.numpy as cnp
+
+    from xpml.svm._smo import _Problem
+    from xpml.utils._array_api import dispatch
+
+    rng = np.random.default_rng(11)
+    n = 80
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    C = np.full(n, 2.0)
+    alpha = np.clip(rng.normal(1.0, 1.5, size=n), 0.0, 2.0)
+    v = rng.normal(size=n)
+    B_prev = np.sort(rng.permutation(n)[:20]) if with_previous_set else None
+    for h in (5, 70):
+        prob = _Problem(y, C, alpha, v, np.asarray(-np.inf))
+        fast = dispatch("svm.propose", cnp)(prob, h, B_prev, xp=cnp)
+        prob = _Problem(y, C, alpha, v, np.asarray(-np.inf))
+        slow = dispatch("svm.propose", cnp, fast=False)(prob, h, B_prev, xp=cnp)
+        for f, s in zip(fast[:3], slow[:3]):
+            np.testing.assert_array_equal(f, s)
+        assert fast[3] == slow[3] and fast[4] == slow[4]  # violation, dual
+        for f, s in zip(fast[5], slow[5]):
+            if s is None:
+                assert f is None
+            else:
+                np.testing.assert_array_equal(f, s)
+        up = np.where(y > 0, alpha < C, alpha > 0)
+        assert fast[0].shape[0] == min(h, int(up.sum()))
+
+
 # --------------------------------------------------------- memory budget
 def test_small_cache_budget_keeps_peak_under_budget():
     rng = np.random.default_rng(0)
