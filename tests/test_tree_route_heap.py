@@ -77,3 +77,28 @@ def test_single_tree_heap_walk_siblings_apart_like_sklearn(max_depth):
     )
     leaves = _route_numpy(X, table, xp=np)
     np.testing.assert_array_equal(leaves[0], sk.apply(X))
+
+
+@pytest.mark.parametrize("trees", [None, slice(3, 10)])
+def test_stack_heap_walk_equals_portable(trees):
+    """A stack of 11 trees (not a power of two), some shallower than the heap
+    part and some deeper, NaN in ``X``, all trees or a slice of them not
+    starting at the first: the NumPy walk (the trees hung below one
+    complete tree, in blocks of several trees over slices of the rows)
+    reaches the portable walk's leaves."""
+    from xpml.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(23)
+    X, y = _noisy_data(rng, n=5000, nan=0.1)
+    shallow = RandomForestClassifier(4, max_depth=3, random_state=0).fit(X, y)
+    deep = RandomForestClassifier(7, random_state=1).fit(X, y)
+    members = deep.estimators_[:4] + shallow.estimators_ + deep.estimators_[4:]
+    table = stack_trees([host_tree(m) for m in members], np, "cpu").table
+    assert table.depths.min() < _HEAP_LEVELS < table.depths.max()
+    fast = _route_numpy(X, table, xp=np, trees=trees, missing=True)
+    slow = _route(X, table, xp=np, trees=trees, missing=True)
+    np.testing.assert_array_equal(fast, slow)
+    first = 0 if trees is None else trees.start
+    for t, row in enumerate(fast):  # each member's own walk agrees
+        member = members[first + t]
+        np.testing.assert_array_equal(row - table.roots[first + t], member.apply(X))

@@ -159,11 +159,14 @@ _ROUTE_ROW_BYTES = 1 << 19
 _PACK_NODES = 1 << 14
 
 
-# a single tree walks its top levels in heap order (children of position h
-# at 2h and 2h + 1: the next position is computed, not gathered), as deep
-# as this: few rows reach a leaf there, and the tables (2^10 positions)
-# stay in L1 (6 to 12 measured, 9 best: 0.92 of the walk's time)
+# the trees' top levels are walked in heap order (children of position h at
+# 2h and 2h + 1: the next position is computed, not gathered), as deep as
+# this: few rows reach a leaf there, and a tree's part of the tables (2^10
+# positions) stays in L1 (6 to 12 measured on one tree, 9 best: 0.92 of
+# the walk's time)
 _HEAP_LEVELS = 9
+# heap tables of at most 2^_HEAP_BITS positions (fewer levels for more trees)
+_HEAP_BITS = 22
 
 
 def _route_nan_example():
@@ -248,7 +251,8 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, ou
     result and dropped, when they are at least a quarter of the block's. A
     single tree walks ``X`` in slices of ``_ROUTE_BLOCK`` rows (its steps'
     fixed cost, ~5 µs each, then paid once for most inputs; slices that fit
-    a core's L2 were slower). See :class:`_Walk` for one step."""
+    a core's L2 were slower). The trees' top levels are walked in heap
+    order first (:func:`_heap_top`). See :class:`_Walk` for one step."""
     n, d = int(X.shape[0]), int(X.shape[1])
     trees = slice(None) if trees is None else trees
     roots = np.asarray(table.roots[trees], dtype=np.int64)
@@ -257,6 +261,7 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, ou
     rows, per = _block_shape(n, d, T, X.dtype.itemsize)
     every = max(1, int(compact_every))
     walk = _Walk(X, table, rows, every=every, missing=missing, size=min(T, per) * rows)
+    starts = roots if walk.heap is None else walk.heap[0][trees]
     out = np.empty(T * n, dtype=np.int64) if out is None else out[: T * n]
     for r0 in range(0, n, rows):
         r = np.arange(r0, min(n, r0 + rows), dtype=np.int64)
@@ -264,7 +269,7 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, ou
         for a in range(0, T, per):
             b = min(T, a + per)
             node = walk.ints[0][: (b - a) * int(r.shape[0])]
-            node.reshape(b - a, -1)[...] = roots[a:b, None]
+            node.reshape(b - a, -1)[...] = starts[a:b, None]
             pos = np.arange(a, b, dtype=np.int64)[:, None] * n + r
             base = np.tile(at, b - a)
             node, base, pos = walk.block(node, base, pos.reshape(-1), depths[a:b], out)
@@ -307,31 +312,42 @@ def _step_table(table, fmul, span):
     return step
 
 
-def _heap_top(table, root, fmul, levels):
-    """The top ``levels`` levels of the tree at ``root`` in heap order (root
-    at position 1, the children of ``h`` at ``2h`` and ``2h + 1``; a leaf's
-    children are itself, as its self-loops say): ``(column, threshold,
-    missing_right, node)``, the first three per position below
-    ``2^levels`` (``column`` the feature times ``fmul``), ``node`` the
-    table's node at every position below ``2^(levels + 1)`` (where the walk
-    goes on from the last level). Cached beside the table's arrays."""
-    key = (root, fmul, levels)
+def _heap_top(table, fmul):
+    """The top levels of the table's trees in heap order, as if the ``T``
+    trees hung from a complete tree of ``2^k >= T`` leaves: tree ``t``'s root
+    at position ``2^k + t``, the children of ``h`` at ``2h`` and ``2h + 1``
+    (a leaf's children are itself, as its self-loops say), so one step is
+    the same arithmetic for every tree. Returns ``(start, levels, column,
+    threshold, missing_right, node)``: ``start`` (T,) the roots' positions,
+    the next three per position below ``2^(k + levels)`` (``column`` the
+    feature times ``fmul``), ``node`` the table's node at every position
+    below ``2^(k + levels + 1)`` (where the walk goes on after ``levels``
+    or fewer levels). None when no level fits. Cached beside the table."""
     cached = table.__dict__.get("_cache_heap")
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == fmul:
         return cached[1]
-    node = np.full(2 << levels, root, dtype=np.int64)
-    kids = np.reshape(table.kids, (-1, 2))
-    for lv in range(levels):  # positions 2h, 2h + 1 of each h on level lv
-        node[2 << lv : 4 << lv] = kids[node[1 << lv : 2 << lv]].reshape(-1)
-    top = node[: 1 << levels]
-    mr = table.missing_right
-    heap = (
-        table.feature[top] * fmul,
-        table.threshold[top],
-        None if mr is None else mr[top],
-        node,
-    )
-    object.__setattr__(table, "_cache_heap", (key, heap))  # a cache, not state
+    T = int(table.roots.shape[0])
+    k = (T - 1).bit_length()
+    levels = min(_HEAP_LEVELS, int(np.max(table.depths)), _HEAP_BITS - 1 - k)
+    heap = None
+    if levels > 0:
+        node = np.zeros(2 << (k + levels), dtype=np.int64)
+        start = np.arange(1 << k, (1 << k) + T, dtype=np.int64)
+        node[start] = table.roots
+        kids = np.reshape(table.kids, (-1, 2))
+        for lv in range(k, k + levels):  # positions 2h, 2h + 1 of level lv's h
+            node[2 << lv : 4 << lv] = kids[node[1 << lv : 2 << lv]].reshape(-1)
+        top = node[: 1 << (k + levels)]
+        mr = table.missing_right
+        heap = (
+            start,
+            levels,
+            table.feature[top] * fmul,
+            table.threshold[top],
+            None if mr is None else mr[top],
+            node,
+        )
+    object.__setattr__(table, "_cache_heap", (fmul, heap))  # a cache, not state
     return heap
 
 
@@ -358,11 +374,7 @@ class _Walk:
             self.cols = np.empty((d, rows), dtype=X.dtype)
             self.X = np.reshape(self.cols, (-1,))
             self.step = _step_table(table, rows, max(1, d * rows))
-        self.heap = None
-        if int(table.roots.shape[0]) == 1:
-            fmul = 1 if self.direct else int(self.cols.shape[1])
-            levels = min(int(table.depths[0]), _HEAP_LEVELS)
-            self.heap = _heap_top(table, int(table.roots[0]), fmul, levels)
+        self.heap = _heap_top(table, 1 if self.direct else int(self.cols.shape[1]))
         self.ints = [np.empty(size, dtype=np.int64) for _ in range(3)]
         self.x = np.empty(size, dtype=X.dtype)
         self.t = np.empty(size, dtype=table.threshold.dtype)
@@ -383,9 +395,10 @@ class _Walk:
         ``out[pos]`` and returns the rest ``(node, base, pos)``."""
         depth, start = int(depths.max()), 0
         cur, spare = 0, 1
-        if self.heap is not None:
-            start = self._heap_walk(node, base, self.ints[1][: int(node.shape[0])])
-            node, cur, spare = self.ints[1][: int(node.shape[0])], 1, 0
+        if self.heap is not None:  # node holds the roots' heap positions
+            nxt = self.ints[1][: int(node.shape[0])]
+            start = self._heap_walk(node, base, nxt, depth)
+            node, cur, spare = nxt, 1, 0
         for s in range(start, depth):
             k = int(node.shape[0])
             i = self.ints[spare][:k]
@@ -395,15 +408,14 @@ class _Walk:
                 node, base, pos = self._set_aside(node, base, pos, cur, out)
         return node, base, pos
 
-    def _heap_walk(self, h, base, node):
-        """The first levels of a single tree in heap order (see
-        :func:`_heap_top`) from ``h`` (overwritten); ``node`` gets the
-        table's node each row reached. Returns the levels walked."""
-        column, threshold, mr, node_at = self.heap
+    def _heap_walk(self, h, base, node, depth):
+        """The trees' first levels (at most ``depth``) in heap order (see
+        :func:`_heap_top`) from the positions ``h`` (overwritten); ``node``
+        gets the table's node each pair reached. Returns the levels walked."""
+        _, levels, column, threshold, mr, node_at = self.heap
         k, add = int(h.shape[0]), np.add
         j, x, t, g = self.ints[2][:k], self.x[:k], self.t[:k], self.g[:k]
-        h[...] = 1
-        levels = int(column.shape[0]).bit_length() - 1
+        levels = min(depth, levels)
         for _ in range(levels):
             column.take(h, out=j, mode="wrap")
             add(j, base, out=j)
