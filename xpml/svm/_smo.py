@@ -55,8 +55,12 @@ device launches), and one upload brings back ``α_B``, the steps of the
 variables that moved, their cache slots and the kernel rows to compute.
 Shrinking and unshrinking read one mask or count and upload nothing (the
 row cache keeps a device copy of its slot map). Library-specific pieces
-(NumPy's ``argpartition`` and host solve, indexed row writes) are registered
-with :func:`xpml.utils._array_api.fast_path` beside portable twins.
+(NumPy's ``argpartition``, proposal and host solve, RBF factors kept per
+``X``, indexed row writes) are registered with
+:func:`xpml.utils._array_api.fast_path` beside portable twins. At small ``n``
+(2,000) the cost on NumPy is the number of NumPy calls per SMO step and per
+working set, not flops: the host subproblem (:func:`_subproblem_numpy`) is
+written to make few of them.
 
 References
 ----------
