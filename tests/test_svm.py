@@ -759,6 +759,32 @@ def test_row_product_fast_path_streams_the_cache():
             np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
 
 
+def test_row_product_gathers_past_the_stream_limit(monkeypatch):
+    """Past ``_STREAM_BYTES`` of rows in use the NumPy product gathers the
+    rows asked for, even when they are most of those in use (streaming every
+    row from beyond the last-level cache costs more), and the answer is the
+    same; below it, it streams."""
+    import xpml.svm._smo as smo
+    from xpml.utils._array_api import dispatch
+
+    rng = np.random.default_rng(12)
+    buf = rng.normal(size=(30, 50))
+    slots = rng.permutation(25)[:20]  # 20 of 25 rows in use: streamed so far
+    d = rng.normal(size=20)
+    gathered = []
+    real = smo._gathered_product
+    monkeypatch.setattr(
+        smo, "_gathered_product", lambda *a: gathered.append(1) or real(*a)
+    )
+    product = dispatch("svm.row_product", np)
+    for limit, gathers in ((25 * 50 * 8, False), (25 * 50 * 8 - 1, True)):
+        monkeypatch.setattr(smo, "_STREAM_BYTES", limit)
+        gathered.clear()
+        out = product(buf, slots, d, 25, xp=np, chunk=8, memo={})
+        assert bool(gathered) == gathers
+        np.testing.assert_allclose(out, d @ buf[slots], rtol=1e-12, atol=1e-12)
+
+
 def test_in_place_fast_paths_agree_on_separate_buffers():
     """The ops that write into the cache buffer, fast path against portable
     twin, each on its own copy (the common agreement test hands both the
