@@ -416,7 +416,16 @@ class _Walk:
         k, add = int(h.shape[0]), np.add
         j, x, t, g = self.ints[2][:k], self.x[:k], self.t[:k], self.g[:k]
         levels = min(depth, levels)
-        for _ in range(levels):
+        first = 0
+        if levels and int(self.heap[0].shape[0]) == 1:  # one tree: all at its root
+            r, first = int(h[0]), 1
+            add(base, int(column[r]), out=j)
+            self.X.take(j, out=x, mode="wrap")
+            np.greater(x, threshold[r], out=g)
+            if self.missing and mr[r]:
+                g |= np.isnan(x)
+            add(g, 2 * r, out=h)
+        for _ in range(first, levels):
             column.take(h, out=j, mode="wrap")
             add(j, base, out=j)
             self.X.take(j, out=x, mode="wrap")
