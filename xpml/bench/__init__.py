@@ -404,9 +404,31 @@ class Bench:
             repeats = min(repeats, fits - warmup)
         return {"warmup": warmup, "repeats": max(repeats, 1), "adaptive": adaptive}
 
+    def _reference_plan(self, cold, once, plan, notes):
+        """:meth:`_warm_plan` of the reference; one whose cold call took over
+        ``ref_once_over_s`` is timed by that call alone."""
+        slow = self.ref_once_over_s is not None and (
+            (cold.get("s") or 0) > self.ref_once_over_s
+        )
+        return self._warm_plan(
+            "reference", cold, once=once or slow, plan=plan, notes=notes
+        )
+
+    def _too_long(self, estimate_s, notes):
+        """Whether a reference estimated to take ``estimate_s`` seconds is over
+        the time allowed (then it is not run, and ``notes`` says so)."""
+        limit = self._limit()
+        if None in (estimate_s, limit) or estimate_s <= limit:
+            return False
+        notes.append(
+            f"reference not run: estimated {estimate_s:.0f} s > {limit:.0f} s allowed"
+        )
+        return True
+
     def _warm_calls(self, timed):
         """Warm timing in this process of the sides in ``timed`` (``[(side, fn,
-        plan), ...]``), alternating call by call (:func:`time_alternating`).
+        plan), ...]``; a side whose plan is None is not timed), alternating
+        call by call (:func:`time_alternating`).
         Returns ``{side: (median s or None, calls timed)}``."""
         import xpml
 
@@ -421,6 +443,7 @@ class Bench:
         sides = {
             side: (_Clock(fn, ctx(side), sync if side == "xpml" else None), plan)
             for side, fn, plan in timed
+            if plan
         }
         time_alternating(sides, limit_s=self.time_left())
         return {
@@ -458,50 +481,29 @@ class Bench:
         """
         self.check_budget()
         notes = [note] if note else []
-        plan = {
-            "warmup": self.warmup if warmup is None else warmup,
-            "repeats": repeats or self.repeats,
-        }
+        first = self.warmup if warmup is None else warmup
+        plan = {"warmup": first, "repeats": repeats or self.repeats}
         known = self.reference.get((suite, case, int(n)))
         t_r, n_r, r_cold = None, 0, {}
         run_ref = known is None and ref_fn is not None
-        limit = self._limit()
-        if run_ref and None not in (ref_estimate_s, limit) and ref_estimate_s > limit:
-            notes.append(
-                f"reference not run: estimated {ref_estimate_s:.0f} s > "
-                f"{limit:.0f} s allowed"
-            )
+        if run_ref and self._too_long(ref_estimate_s, notes):
             r_cold, run_ref = {"ok": False, "skipped_estimate_s": ref_estimate_s}, False
-        sides = [(xpml_fn, "xpml")] + ([(ref_fn, "ref")] if run_ref else [])
-        colds = self._cold_calls(sides)
+        colds = self._cold_calls([(xpml_fn, "xpml"), (ref_fn, "ref")][: 1 + run_ref])
         x_cold = colds["xpml"]
-        timed = []
         x_plan = self._warm_plan("xpml", x_cold, once=once, plan=plan, notes=notes)
-        if x_plan:
-            timed.append(("xpml", xpml_fn, x_plan))
+        timed = [("xpml", xpml_fn, x_plan)]
         if known is not None:
             t_r, n_r, r_cold, ref_name = _known_reference(known, ref_name)
             if t_r is None and r_cold.get("s") is None:
                 notes.append(f"reference: not timed in {self.reference_name}")
         elif run_ref:
             r_cold = colds["ref"]
-            slow = self.ref_once_over_s is not None and (
-                (r_cold.get("s") or 0) > self.ref_once_over_s
-            )
-            r_plan = self._warm_plan(
-                "reference",
-                r_cold,
-                once=once or ref_once or slow,
-                plan=plan,
-                notes=notes,
-            )
-            if r_plan:
-                timed.append(("reference", ref_fn, r_plan))
+            r_plan = self._reference_plan(r_cold, once or ref_once, plan, notes)
+            timed.append(("reference", ref_fn, r_plan))
         warm = self._warm_calls(timed)
         t_x, n_x = warm.get("xpml", (None, 0))
-        if run_ref:
-            t_r, n_r = warm.get("reference", (None, 0))
-        r = Result(
+        t_r, n_r = warm.get("reference", (t_r, n_r))  # else known or not timed
+        result = Result(
             suite,
             case,
             int(n),
@@ -519,7 +521,7 @@ class Bench:
             ref_cold=_detail(r_cold),
             reference_from=self.reference_name if known is not None else None,
         )
-        return self._record(r)
+        return self._record(result)
 
     def _record(self, r):
         self.results.append(r)
