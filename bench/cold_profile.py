@@ -17,6 +17,11 @@ forked child a full collection also copies the server's pages).
     python bench/cold_profile.py --out bench/results/cold-profile-2core.md
     python bench/cold_profile.py gram --n 5000 --n 10000  # other full sizes
 
+Before each fresh process, ``--prefault-mb`` MB (default 1024) are touched and
+freed, as ``xpml bench`` does before its cold calls: this VM hands memory that
+stayed free for a few seconds back to its host, and the first call would
+otherwise be charged for faulting it in again (bench/README.md).
+
 Each suite runs at the smallest of its full sizes (the sizes the bench quotes;
 ``--n`` picks others of them),
 with one BLAS thread on both sides unless ``--blas-threads`` says otherwise.
@@ -267,12 +272,13 @@ class ProfileBench(Bench):
         echo=print,
         on_row=None,
         n=(),
+        prefault_mb=1024,
     ):
         super().__init__(cold="off", repeats=repeats)
         self.n = list(n)
         self.case_filter, self.skip = list(cases), list(skip)
         self.rows = []
-        self.runner = ColdRunner("fork", preload=preload)
+        self.runner = ColdRunner("fork", preload=preload, prefault_mb=prefault_mb)
         self.runner.start()
         self.say, self.on_row = echo, on_row
 
@@ -421,6 +427,13 @@ def main(argv=None):
         default=[],
         help="a full bench size to run (default: each suite's smallest)",
     )
+    p.add_argument(
+        "--prefault-mb",
+        type=int,
+        default=1024,
+        help="MB touched and freed before each fresh process, as xpml bench "
+        "--cold-prefault-mb (0: the machine as it is)",
+    )
     p.add_argument("--out", default=None, help="markdown file (and .json beside it)")
     p.add_argument(
         "--blas-threads",
@@ -441,6 +454,7 @@ def main(argv=None):
         repeats=args.repeats,
         preload=preload,
         n=args.n,
+        prefault_mb=args.prefault_mb,
         on_row=lambda: args.out and _write(bench, args, time.perf_counter() - t0),
     )
     print(HEADER)
