@@ -349,3 +349,17 @@ def test_the_prefault_covers_what_the_last_cold_call_added(monkeypatch):
         runner.close()
     added = out["peak_rss_mb"] - out["rss_before_mb"]
     assert added > 100 and touched[0] == 16 and touched[1] >= int(1.25 * added) - 1
+
+
+def test_results_record_the_blas_kernels_and_the_variables_forcing_them(monkeypatch):
+    import numpy  # noqa: F401 - its OpenBLAS is loaded
+
+    from xpml.bench import machine_info
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.delenv("OPENBLAS_L2_SIZE", raising=False)
+    info = machine_info()
+    assert info["blas_env"] == "OPENBLAS_CORETYPE=Haswell"
+    assert "openblas" in info["blas"]  # NumPy's wheel ships OpenBLAS
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    assert machine_info()["blas_env"] is None

@@ -194,7 +194,34 @@ def machine_info(backend="numpy", device=None):
             info["gpu"] = torch.cuda.get_device_name(0)
     except Exception:
         pass
+    info["blas"] = _blas_kernels()
+    forced = {k: os.environ[k] for k in _BLAS_ENV if k in os.environ}
+    info["blas_env"] = " ".join(f"{k}={v}" for k, v in forced.items()) or None
     return info
+
+
+#: environment variables that pick OpenBLAS's kernels (some machines set them
+#: to work around old builds; they slow a current one): recorded with results
+_BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")
+
+
+def _blas_kernels():
+    """The BLAS libraries loaded, with the kernels they run (threadpoolctl's
+    ``architecture``), e.g. ``"openblas 0.3.30 SkylakeX (libscipy_openblas)"``."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    found = []
+    for lib in threadpool_info():
+        if lib.get("user_api") != "blas":
+            continue
+        name = os.path.basename(lib.get("filepath", "")).split("-")[0].split(".")[0]
+        found.append(
+            f"{lib.get('internal_api')} {lib.get('version')} "
+            f"{lib.get('architecture')} ({name})"
+        )
+    return "; ".join(found) or None
 
 
 class Bench:
