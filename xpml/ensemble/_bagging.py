@@ -28,7 +28,13 @@ from xpml.tree._classes import (
     _BaseDecisionTree,
 )
 from xpml.tree._grow import grow
-from xpml.tree._stack import cached_stack, stack_trees
+from xpml.tree._stack import (
+    cached_stack,
+    mark_stack,
+    pop_mark,
+    restore_stack,
+    stack_trees,
+)
 from xpml.utils._array_api import device, itemsize
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import (
@@ -335,8 +341,21 @@ class _BaseBagging(Members, BaseEstimator):
             members.append(est)
         fdt = np.float32 if itemsize(X.dtype, xp) == 4 else np.float64
         sources = [m.tree_feature_ for m in members]
-        self._cache_stack = stack_trees(trees, xp, ctx.device, sources, np_dtype=fdt)
+        self._cache_stack = stack_trees(
+            trees, xp, ctx.device, sources, np_dtype=fdt, n_features=d
+        )
         return members
+
+    def __getstate__(self):
+        return mark_stack(self, super().__getstate__())
+
+    def __setstate__(self, state):
+        """A forest pickled with its stack gets it back at unpickling (see
+        :func:`~xpml.tree._stack.restore_stack`)."""
+        state, stacked = pop_mark(state)
+        super().__setstate__(state)
+        if stacked and not getattr(self, "_subsets", False):
+            restore_stack(self, self.estimators_, self.n_features_in_)
 
     def _set_features(self, d, seeds, ctx):
         """``estimators_features_``: the columns each member sees (bagging's

@@ -14,7 +14,15 @@ from xpml._backend import enter, move, to_numpy
 from xpml._typing import Array, ArrayLike, Self
 from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.tree._grow import GrowParams, grow, segment_sum
-from xpml.tree._stack import TREE_ARRAYS, cached_stack, host_tree, stack_trees
+from xpml.tree._stack import (
+    TREE_ARRAYS,
+    cached_stack,
+    host_tree,
+    mark_stack,
+    pop_mark,
+    restore_stack,
+    stack_trees,
+)
 from xpml.utils._array_api import device, is_numpy_namespace, itemsize
 from xpml.utils._param_validation import Interval, Options
 from xpml.utils.validation import (
@@ -190,8 +198,20 @@ class _BaseDecisionTree(BaseEstimator):
         if stack:
             sources = (self.tree_feature_,)
             self._cache_stack = stack_trees(
-                [tree], ctx.xp, ctx.device, sources, np_dtype=fdt
+                [tree], ctx.xp, ctx.device, sources, fdt, n_features=self.n_features_in_
             )
+
+    def __getstate__(self):
+        return mark_stack(self, super().__getstate__())
+
+    def __setstate__(self, state):
+        """A tree pickled with its stack gets it back at unpickling (built
+        from the fitted arrays, as scikit-learn rebuilds its ``Tree``); a
+        forest's members, which have none, are left as they are."""
+        state, stacked = pop_mark(state)
+        super().__setstate__(state)
+        if stacked:
+            restore_stack(self, [self], self.n_features_in_)
 
     def _host_tree(self):
         return host_tree(self)
@@ -723,7 +743,7 @@ class DecisionTreeClassifier(ClassifierMixin, _BaseDecisionTree):
     device. The private fitted dict ``_grow_stats`` counts the blocks
     (``node_blocks``) and the extra rounds of nodes that drew constant
     features (``redraws``). Prediction walks a copy of the tree kept on the
-    compute device (``_cache_stack``, neither pickled nor saved).
+    compute device (``_cache_stack``: not pickled but rebuilt at unpickling).
 
     References
     ----------

@@ -281,6 +281,26 @@ def _block_shape(n, d, T, itemsize):
     return rows, max(1, _ROUTE_BLOCK // rows)
 
 
+def _stack_rows(d, itemsize):
+    """Rows of the column buffer a walk of several trees copies its slices
+    into, for rows of ``d`` features of ``itemsize`` bytes (any ``n``)."""
+    return max(1, min(_ROUTE_BLOCK, _ROUTE_ROW_BYTES // max(1, d * itemsize)))
+
+
+def prepare_walk(table, d, itemsize):
+    """Build now the per-table caches (:func:`_step_table`, :func:`_heap_top`)
+    that the first NumPy walk of C-contiguous rows of ``d`` features of
+    ``itemsize`` bytes would build (at fit and at unpickling, so that the
+    first predict of a loaded model builds nothing). A table off NumPy has
+    none: nothing to do."""
+    if not isinstance(table.feature, np.ndarray):
+        return
+    d = max(1, int(d))
+    fmul = 1 if int(table.roots.shape[0]) == 1 else _stack_rows(d, itemsize)
+    _step_table(table, fmul, d * fmul)
+    _heap_top(table, fmul)
+
+
 def _step_table(table, fmul, span):
     """Per node, where a step reads and where it goes, when entry ``(i, f)``
     of the rows walked is at ``at[i] + f * fmul`` (``f * fmul`` below
@@ -365,8 +385,7 @@ class _Walk:
             # several trees: the same layout for every n (the step table of
             # a large stack is then built once, not again for a short slice)
             if int(table.roots.shape[0]) > 1:
-                cap = _ROUTE_ROW_BYTES // max(1, d * X.dtype.itemsize)
-                rows = max(rows, min(_ROUTE_BLOCK, cap))
+                rows = max(rows, _stack_rows(d, X.dtype.itemsize))
             self.cols = np.empty((d, rows), dtype=X.dtype)
             self.X = np.reshape(self.cols, (-1,))
             self.step = _step_table(table, rows, max(1, d * rows))

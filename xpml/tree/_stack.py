@@ -4,7 +4,8 @@ The trees of an estimator (one tree, a forest, the members of a boosting or
 bagging ensemble) are concatenated into one :class:`~xpml.tree._route.RoutingTable`
 (children indices shifted, roots recorded) and their leaf values into one
 array, built once and kept in the estimator's ``_cache_stack`` attribute
-(neither pickled nor saved). Prediction then walks all trees of a chunk at
+(not pickled but rebuilt at unpickling, with its routing caches; not saved
+by ``xpml.save``: the first predict after ``xpml.load`` builds it). Prediction then walks all trees of a chunk at
 once and never re-uploads a fitted array; the stack is rebuilt only when the
 fitted arrays change (refit, pruning, load) or the call computes on another
 namespace or device.
@@ -17,12 +18,14 @@ import math
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from xpml._backend import move, to_numpy
 from xpml.tree._route import (
     _ROUTE_ROW_BYTES,
     RoutingTable,
     _route_numpy,
+    prepare_walk,
     route,
 )
 from xpml.utils._array_api import (
@@ -34,7 +37,14 @@ from xpml.utils._array_api import (
     portable,
 )
 
-__all__ = ["TreeStack", "stack_trees", "cached_stack", "host_tree"]
+__all__ = [
+    "TreeStack",
+    "stack_trees",
+    "cached_stack",
+    "host_tree",
+    "mark_stack",
+    "restore_stack",
+]
 
 TREE_ARRAYS = (
     "feature",
@@ -217,10 +227,12 @@ def host_tree(est) -> dict:
     return t
 
 
-def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
+def stack_trees(trees, xp, dev, sources=(), np_dtype=None, *, n_features=None):
     """Stack host trees (dicts of NumPy arrays) and move them to ``xp`` on
     ``dev`` in one upload; thresholds and values in ``np_dtype``
-    (default: the trees' own)."""
+    (default: the trees' own). With ``n_features``, also the routing caches
+    a walk of rows of that many features in the thresholds' precision
+    builds (:func:`~xpml.tree._route.prepare_walk`)."""
     sizes = np.asarray([len(t["feature"]) for t in trees], dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     thr = np.concatenate([t["threshold"] for t in trees])
@@ -228,7 +240,10 @@ def stack_trees(trees, xp, dev, sources=(), np_dtype=None) -> TreeStack:
     if np_dtype is not None:
         thr, value = thr.astype(np_dtype), value.astype(np_dtype)
     host = _host_table(trees, thr, offs, sizes)
-    return TreeStack(*_upload(host, value, xp, dev), tuple(sources), _where(xp, dev))
+    stack = TreeStack(*_upload(host, value, xp, dev), tuple(sources), _where(xp, dev))
+    if n_features is not None:
+        prepare_walk(stack.table, n_features, thr.dtype.itemsize)
+    return stack
 
 
 def _host_table(trees, thr, offs, sizes):
@@ -316,3 +331,33 @@ def cached_stack(owner, members, ctx, values=None) -> TreeStack:
     stack = stack_trees(trees, ctx.xp, ctx.device, sources)
     owner._cache_stack = stack
     return stack
+
+
+def restore_stack(owner, members, n_features):
+    """Rebuild ``owner``'s stack of ``members`` (see :func:`cached_stack`)
+    where their fitted arrays live, with its routing caches: called when a
+    model whose stack was dropped from its pickle is unpickled, so that its
+    first predict builds nothing (as scikit-learn's trees are rebuilt at
+    unpickling)."""
+    src = members[0].tree_feature_
+    xp = array_namespace(src)
+    trees = [host_tree(m) for m in members]
+    sources = tuple(m.tree_feature_ for m in members)
+    owner._cache_stack = stack_trees(
+        trees, xp, device(src), sources, n_features=n_features
+    )
+
+
+def mark_stack(owner, state):
+    """``owner``'s pickled ``state`` (its stack left out, as every ``_cache``
+    attribute) with a mark that it had one: :func:`restore_stack` then
+    rebuilds it at unpickling."""
+    if "_cache_stack" in owner.__dict__:
+        state["_cache_stack"] = None
+    return state
+
+
+def pop_mark(state):
+    """``(state without the mark, whether it had one)``: see :func:`mark_stack`."""
+    state = dict(state)
+    return state, state.pop("_cache_stack", False) is None

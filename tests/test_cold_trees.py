@@ -1,0 +1,80 @@
+"""Issue 16: an unpickled tree or forest predicts without building anything.
+
+Its stack (routing table, leaf values) and the table's step and heap caches
+are dropped from the pickle; they are rebuilt at unpickling, so the first
+predict finds them ready (spied: no builder runs in it) and answers as the
+original model does.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from xpml.ensemble import RandomForestClassifier, RandomForestRegressor
+from xpml.tree import DecisionTreeClassifier, DecisionTreeRegressor, _route, _stack
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 7))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64)
+    return X, y
+
+
+MODELS = [
+    DecisionTreeClassifier(random_state=0),
+    DecisionTreeRegressor(random_state=0),
+    RandomForestClassifier(8, random_state=0),
+    RandomForestRegressor(8, random_state=0),
+]
+
+
+def _spy(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: type(m).__name__)
+def test_unpickled_model_first_predict_builds_nothing(model, monkeypatch):
+    X, y = _data()
+    fitted = model.fit(X[:400], y[:400])
+    expected = fitted.predict(X[400:])
+    loaded = pickle.loads(pickle.dumps(fitted))
+    assert "_cache_stack" in vars(loaded)  # rebuilt at unpickling
+    calls = []
+    for name in ("stack_trees", "host_tree", "_host_table"):
+        _spy(monkeypatch, _stack, name, calls)
+    for name, cache in (("_step_table", "_cache_step"), ("_heap_top", "_cache_heap")):
+        real = getattr(_route, name)
+
+        def spy(table, *args, _real=real, _n=name, _c=cache):
+            before = table.__dict__.get(_c)
+            out = _real(table, *args)
+            if table.__dict__.get(_c) is not before:  # built, not found
+                calls.append(_n)
+            return out
+
+        monkeypatch.setattr(_route, name, spy)
+    got = loaded.predict(X[400:])
+    assert calls == []
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_forest_members_build_no_stack_of_their_own():
+    X, y = _data()
+    forest = RandomForestClassifier(4, random_state=0).fit(X, y)
+    loaded = pickle.loads(pickle.dumps(forest))
+    assert all("_cache_stack" not in vars(m) for m in loaded.estimators_)
+    assert loaded._cache_stack.n_trees == 4
+
+
+def test_pickle_holds_no_stack():
+    X, y = _data()
+    tree = DecisionTreeClassifier(random_state=0).fit(X, y)
+    assert tree.__getstate__()["_cache_stack"] is None  # only the mark
