@@ -11,7 +11,11 @@ import pickle
 import numpy as np
 import pytest
 
-from xpml.ensemble import RandomForestClassifier, RandomForestRegressor
+from xpml.ensemble import (
+    AdaBoostClassifier,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from xpml.tree import DecisionTreeClassifier, DecisionTreeRegressor, _route, _stack
 
 
@@ -78,3 +82,19 @@ def test_pickle_holds_no_stack():
     X, y = _data()
     tree = DecisionTreeClassifier(random_state=0).fit(X, y)
     assert tree.__getstate__()["_cache_stack"] is None  # only the mark
+
+
+def test_boosting_members_keep_no_stack(monkeypatch):
+    """AdaBoost predicts from a stack of its own (the members' votes as leaf
+    values): its members' stacks are dropped after fit, so unpickling
+    rebuilds none of them."""
+    X, y = _data()
+    ada = AdaBoostClassifier(n_estimators=6, random_state=0).fit(X, y)
+    expected = ada.predict(X)
+    blob = pickle.dumps(ada)
+    calls = []
+    _spy(monkeypatch, _stack, "stack_trees", calls)
+    loaded = pickle.loads(blob)
+    assert calls == []
+    assert all("_cache_stack" not in vars(m) for m in loaded.estimators_)
+    np.testing.assert_array_equal(loaded.predict(X), expected)

@@ -238,6 +238,8 @@ class AdaBoostClassifier(Members, ClassifierMixin, BaseEstimator):
         )
         if all(isinstance(m, _BaseDecisionTree) for m in members):
             cached_stack(self, members, ctx, values=_vote_table(betas))
+            for m in members:  # predict walks the stack above, not theirs
+                m.__dict__.pop("_cache_stack", None)  # (nor rebuilt at unpickling)
 
     # ------------------------------------------------------------ predict
     def _staged_votes(self, ctx, X):
