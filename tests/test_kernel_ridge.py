@@ -1,5 +1,6 @@
 """KernelRidge: scikit-learn parity, primal = dual, effective dof, the sine behaviour."""
 
+import functools
 import warnings
 
 import array_api_compat.numpy as xnp
@@ -334,19 +335,25 @@ def test_effective_dof_is_lazy_and_survives_save_load(tmp_path):
 
 
 @pytest.mark.parametrize("panel", [64, 100, 300])
-def test_numpy_cholesky_by_panels_equals_one_potrf(panel):
-    """The NumPy fast path's blocked Cholesky (used for n above twice its panel,
-    where one multithreaded OpenBLAS ``potrf`` can crash) gives the lower factor
-    of a single LAPACK call to rounding, its upper part zero; None when not
-    positive definite."""
+@pytest.mark.parametrize("threads, rows", [(1, 2048), (2, 48), (3, 70)])
+def test_numpy_cholesky_by_panels_equals_one_potrf(panel, threads, rows, monkeypatch):
+    """The NumPy fast path's blocked Cholesky (one-thread LAPACK / BLAS calls on
+    host threads: panels solved in row blocks and column strips, the trailing
+    update in strips of the diagonal block and row blocks below) gives the lower
+    factor of a single LAPACK call to rounding, its upper part zero; None when
+    not positive definite."""
     pytest.importorskip("scipy")
-    from xpml.kernel_ridge import _cholesky_by_panels
+    import xpml.kernel_ridge as kr_module
 
+    monkeypatch.setattr(kr_module, "_STRIP", 24)  # several strips per panel
     rng = np.random.default_rng(3)
     G = rng.normal(size=(250, 250))
     A = G @ G.T / 250 + np.eye(250)
-    L = _cholesky_by_panels(A.copy(), panel=panel)
+    by_panels = functools.partial(
+        kr_module._cholesky_by_panels, panel=panel, rows=rows, threads=threads
+    )
+    L = by_panels(A.copy())
     np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=0, atol=1e-12)
     assert not np.triu(L, 1).any()
     A[200, 200] = -5.0  # a negative pivot in the last panel
-    assert _cholesky_by_panels(A.copy(), panel=panel) is None
+    assert by_panels(A.copy()) is None

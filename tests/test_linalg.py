@@ -150,3 +150,24 @@ def test_blas_lookup_skips_what_it_cannot_open():
         pytest.skip("NumPy here is not a wheel with its own OpenBLAS")
     assert L._numpy_openblas(types.SimpleNamespace(OpenBLASController=Refusing)) == []
     assert L._numpy_openblas(types.SimpleNamespace()) == []
+
+
+def test_scipy_blas_limited_to_one_thread_and_restored():
+    """SciPy's own OpenBLAS (a wheel's ``scipy.libs``, apart from NumPy's) is at
+    one thread inside the limit and as before after it (the blocked Cholesky of
+    KernelRidge runs SciPy's trsm on host threads)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    pytest.importorskip("scipy.linalg")
+    import xpml.linalg as L
+
+    def scipy_blas_threads():
+        info = threadpoolctl.threadpool_info()
+        return [i["num_threads"] for i in info if "scipy.libs" in i["filepath"]]
+
+    if not scipy_blas_threads():
+        pytest.skip("SciPy not from a wheel with its own OpenBLAS")
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = scipy_blas_threads()
+        with L._single_threaded_scipy_blas():
+            assert set(scipy_blas_threads()) == {1}
+        assert scipy_blas_threads() == before == [2]

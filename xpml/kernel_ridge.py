@@ -7,9 +7,9 @@ two triangular solves.
 
 Three operations have a LAPACK-backed fast path registered with
 :func:`xpml.utils._array_api.fast_path` beside their portable twins (a test
-checks that they agree): the factorisation (NumPy: SciPy's ``potrf`` **in
+checks that they agree): the factorisation (NumPy: a blocked Cholesky **in
 place** on the kernel matrix this module made, so a default fit holds one
-``n × n`` array; PyTorch: ``cholesky_ex``; CuPy: ``cholesky`` with a finiteness
+``n × n`` array, from one-thread LAPACK and BLAS calls on host threads; PyTorch: ``cholesky_ex``; CuPy: ``cholesky`` with a finiteness
 check, since it does not raise), the solve (``potrs`` / ``cholesky_solve`` /
 ``solve_triangular``) and ``‖L⁻¹‖²_F`` (``trtri`` / ``cholesky_inverse``). The
 array API has no triangular solve: the portable path is blocked forward / back
@@ -27,8 +27,11 @@ factor at hand (cheaper when it will be read anyway).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Real
 
 import array_api_extra as xpx
@@ -44,6 +47,12 @@ from xpml.kernels import (
     kernel_matrix,
     resolve_kernel_params,
 )
+from xpml.linalg import (
+    _single_threaded_blas,
+    _single_threaded_scipy_blas,
+    host_threads,
+    one_blas_thread,
+)
 from xpml.linear_model._base import (
     check_finite_result,
     linalg_error_types,
@@ -57,14 +66,16 @@ from xpml.utils.validation import check_is_fitted
 __all__ = ["KernelRidge"]
 
 _BLOCK = 256  # rows per step of the portable blocked substitution
-# rows of a diagonal block of the NumPy fast path's blocked Cholesky, used above
-# twice this size (see _cholesky_by_panels)
-_POTRF_PANEL = 4096
+# rows of a diagonal block of the NumPy fast path's blocked Cholesky
+_POTRF_PANEL = 1024
+_GEMM_ROWS = 2048  # rows of one trailing-update product (a buffer made once)
+_STRIP = 256  # rows of a strip of a diagonal block's update (lower part only)
 
 try:  # SciPy is optional; imported with this module, not by the first fit (issue 16)
+    from scipy.linalg import get_blas_funcs as _blas_funcs
     from scipy.linalg import get_lapack_funcs as _lapack_funcs
 except ImportError:
-    _lapack_funcs = None
+    _blas_funcs = _lapack_funcs = None
 
 
 # ------------------------------------------------------------- linear algebra
@@ -138,50 +149,130 @@ def _cholesky_portable(A, /, *, xp, overwrite=False):
 
 @fast_path("kernel_ridge.cholesky", "numpy", example=_cholesky_example)
 def _cholesky_lapack(A, /, *, xp, overwrite=False):
-    """SciPy's ``potrf``: a C-ordered symmetric ``A`` is its own Fortran-ordered
-    transpose, so its upper factor ``U = Lᵀ`` is computed in place, no copy."""
+    """LAPACK / BLAS by blocks of ``A`` (see :func:`_cholesky_by_panels`), in
+    place when allowed: a default fit holds one ``n × n`` array."""
     if _lapack_funcs is None:
         return _cholesky_portable(A, xp=xp, overwrite=overwrite)
-    if A.shape[0] > 2 * _POTRF_PANEL:
-        return _cholesky_by_panels(A if overwrite else A.copy())
-    (potrf,) = _lapack_funcs(("potrf",), (A,))
-    U, info = potrf(A.T, lower=0, clean=1, overwrite_a=int(bool(overwrite)))
-    return U.T if info == 0 else None
+    return _cholesky_by_panels(A if overwrite else A.copy())
 
 
-def _cholesky_by_panels(A, panel=None):
+def _cholesky_by_panels(A, panel=None, rows=None, threads=None):
     """Right-looking blocked Cholesky in place of the C-ordered ``A`` (its lower
-    factor; the strict upper part is zeroed): ``potrf`` on diagonal blocks of
-    ``panel`` rows, ``trsm`` for the panel below, GEMM updates of the trailing
-    lower part, block column by block column (about n³/3 flops, as ``potrf``).
+    factor; the strict upper part is zeroed): per block column of ``panel``
+    columns, the diagonal block's factor, a ``trsm`` for the panel below and
+    GEMM updates of the trailing lower part (about n³/3 flops, as ``potrf``).
+    The ``trsm`` and the GEMMs are split in row blocks over ``threads`` host
+    threads (default: the CPU count, 1 when BLAS is limited to one thread),
+    every BLAS call at one thread.
 
     Why not one ``potrf``: the multithreaded ``dpotrf`` of the OpenBLAS that
     NumPy and SciPy wheels bundle (0.3.31) crashes the process (SIGSEGV) from
-    about n = 16,000 on a two-core machine, while its blocks and GEMMs are fine.
+    about n = 16,000 on a two-core machine, and below that its threads spend
+    much of their time waiting for each other (n = 10,000, SkylakeX kernels:
+    3.8 s of CPU at one thread, 9.6–10.3 s at two with the other core busy).
+    Independent one-thread calls never wait on a descheduled partner.
     """
-    from scipy.linalg import solve_triangular
-
     panel = _POTRF_PANEL if panel is None else panel
-    n = A.shape[0]
-    (potrf,) = _lapack_funcs(("potrf",), (A,))
+    rows = _GEMM_ROWS if rows is None else rows
+    if threads is None:
+        threads = 1 if one_blas_thread(np) else host_threads(np)
+    plan = _PanelPlan(A.shape[0], panel, rows, threads)
+    with contextlib.ExitStack() as limits:
+        for limit in (_single_threaded_blas(np), _single_threaded_scipy_blas()):
+            if limit is not None:
+                limits.enter_context(limit)
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            return _factor_panels(A, plan, pool)
+
+
+@dataclasses.dataclass
+class _PanelPlan:
+    """Sizes of the blocked Cholesky and one product buffer per thread (made
+    once: fresh memory is slow to touch on a VM that hands freed pages back)."""
+
+    n: int
+    panel: int
+    rows: int
+    threads: int
+
+    def buffers(self, dtype):
+        """The panel below a diagonal block, and one product per thread (none
+        when one block is the whole matrix)."""
+        below = max(self.n - self.panel, 0)
+        size = min(self.rows, below) * min(self.panel, below)
+        return np.empty(below * self.panel, dtype=dtype), [
+            np.empty(size, dtype=dtype) for _ in range(self.threads if below else 0)
+        ]
+
+
+def _factor_panels(A, plan, pool):
+    n, panel = plan.n, plan.panel
+    below, products = plan.buffers(A.dtype)
     for k in range(0, n, panel):
         e = min(k + panel, n)
-        # factored in place in the block's copy (ours): no second copy of the
-        # block inside the wrapper (128 MiB of fresh memory per panel in float64)
-        block = np.array(A[k:e, k:e].T, order="F")
-        U, info = potrf(block, lower=0, clean=1, overwrite_a=1)
-        if info != 0:
+        try:
+            L = np.linalg.cholesky(A[k:e, k:e])  # NumPy's LAPACK potrf
+        except np.linalg.LinAlgError:
             return None
-        A[k:e, k:e] = U.T
+        A[k:e, k:e] = L
         if e == n:
             break
         A[k:e, e:] = 0.0
-        P = solve_triangular(U.T, A[e:, k:e].T, lower=True, check_finite=False).T
-        A[e:, k:e] = P
-        for j in range(e, n, panel):  # trailing lower part, one block column at a time
-            f = min(j + panel, n)
-            A[j:, j:f] -= P[j - e :] @ P[j - e : f - e].T
+        P = below[: (n - e) * (e - k)].reshape(n - e, e - k)
+        step = -(-(n - e) // plan.threads)
+        bounds = [(r, min(r + step, n - e)) for r in range(0, n - e, step)]
+        list(pool.map(lambda r, k=k, L=L, P=P: _solve_rows(A, P, L, k, r), bounds))
+        groups = _update_groups(n, e, plan)
+        list(pool.map(lambda g, P=P, e=e: _update(A, P, e, *g), zip(groups, products)))
     return A
+
+
+def _solve_rows(A, P, L, k, bounds):
+    """Rows ``bounds`` of the panel ``P`` below the diagonal block ``L`` (its
+    first row ``k``): ``P Lᵀ = A[e:, k:e]``, by column strips of ``_STRIP``: a
+    GEMM with the strips already solved, then a small ``trsm``. SciPy's BLAS
+    wrappers hold the GIL, so one ``trsm`` on the whole panel would run the
+    threads one after the other; the GEMMs (NumPy) release it."""
+    e, p = k + L.shape[0], L.shape[0]
+    B = P[bounds[0] : bounds[1]]
+    B[...] = A[e + bounds[0] : e + bounds[1], k:e]
+    (trsm,) = _blas_funcs(("trsm",), (L,))
+    for c in range(0, p, _STRIP):
+        d = min(c + _STRIP, p)
+        if c:
+            B[:, c:d] -= B[:, :c] @ L[c:d, :c].T
+        # B[:, c:d] Lᵈᵀ = ...: its transpose solved as Lᵈ Xᵀ = B[:, c:d]ᵀ
+        B[:, c:d] = trsm(1.0, L[c:d, c:d].T, B[:, c:d].T, lower=0, trans_a=1).T
+    A[e + bounds[0] : e + bounds[1], k:e] = B
+
+
+def _update_groups(n, e, plan):
+    """The trailing update ``A[e:, e:] -= P Pᵀ`` (lower part only) as blocks
+    ``(first row, end row, end column, first column)``, dealt to ``threads``
+    groups of about equal flops: a diagonal block in strips of ``_STRIP`` rows,
+    each up to its own last column (the full square spends a quarter more flops
+    at n = 10,000), the rows below it ``rows`` at a time."""
+    blocks = []
+    for j in range(e, n, plan.panel):
+        f = min(j + plan.panel, n)
+        blocks += [
+            (a, min(a + _STRIP, f), min(a + _STRIP, f), j) for a in range(j, f, _STRIP)
+        ]
+        blocks += [(a, min(a + plan.rows, n), f, j) for a in range(f, n, plan.rows)]
+    blocks.sort(key=lambda b: (b[1] - b[0]) * (b[2] - b[3]), reverse=True)
+    groups, loads = [[] for _ in range(plan.threads)], [0] * plan.threads
+    for b in blocks:
+        i = loads.index(min(loads))
+        groups[i].append(b)
+        loads[i] += (b[1] - b[0]) * (b[2] - b[3])
+    return groups
+
+
+def _update(A, P, e, blocks, product):
+    for a, b, c, j in blocks:
+        out = product[: (b - a) * (c - j)].reshape(b - a, c - j)
+        np.matmul(P[a - e : b - e], P[j - e : c - e].T, out=out)
+        A[a:b, j:c] -= out
 
 
 @fast_path("kernel_ridge.cholesky", "torch", example=_cholesky_example)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,29 +51,41 @@ def _single_threaded_blas(xp):
     return None if controller is None else _shared_limit(controller)
 
 
+def _single_threaded_scipy_blas():
+    """A context limiting the OpenBLAS of a SciPy wheel (``scipy.libs``, apart
+    from NumPy's) to one thread, for code that runs SciPy's BLAS / LAPACK calls
+    on threads of its own; None when SciPy is not imported, not from a wheel,
+    or threadpoolctl is missing."""
+    if "scipy.linalg" not in sys.modules:  # never import SciPy here
+        return None
+    controller = _scipy_blas_controller()
+    return None if controller is None else _shared_limit(controller, key="scipy")
+
+
 # the one-thread limit is shared by the fits running at once (threads of one
 # process): the first to enter sets it, the last to leave restores what was
 # there before. Separate save-and-restore pairs would let a fit that entered
 # second "restore" the first's limit of 1 and leave BLAS at one thread for good
 _LIMIT_LOCK = threading.Lock()
-_LIMIT = {"depth": 0, "stack": None}
+_LIMITS = {key: {"depth": 0, "stack": None} for key in ("numpy", "scipy")}
 
 
 @contextlib.contextmanager
-def _shared_limit(controller):
+def _shared_limit(controller, key="numpy"):
+    state = _LIMITS[key]
     with _LIMIT_LOCK:
-        if _LIMIT["depth"] == 0:
+        if state["depth"] == 0:
             stack = contextlib.ExitStack()
             stack.enter_context(controller.limit(limits=1, user_api="blas"))
-            _LIMIT["stack"] = stack
-        _LIMIT["depth"] += 1
+            state["stack"] = stack
+        state["depth"] += 1
     try:
         yield
     finally:
         with _LIMIT_LOCK:
-            _LIMIT["depth"] -= 1
-            if _LIMIT["depth"] == 0:
-                stack, _LIMIT["stack"] = _LIMIT["stack"], None
+            state["depth"] -= 1
+            if state["depth"] == 0:
+                stack, state["stack"] = state["stack"], None
                 stack.close()
 
 
@@ -101,15 +114,38 @@ def _blas_controller():
 def _numpy_openblas(threadpoolctl):
     """Controllers of the OpenBLAS a NumPy wheel ships in ``numpy.libs``
     (empty when NumPy is not built on it, or not from a wheel)."""
-    try:  # NumPy's and threadpoolctl's internals: the general search otherwise
+    try:  # NumPy's internals: the general search otherwise
         blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
-        make = threadpoolctl.OpenBLASController
-        prefixes = [p for p in make.filename_prefixes if p != "libblas"]
-        where = os.path.dirname(os.path.dirname(np.__file__))
-        names = sorted(os.listdir(os.path.join(where, "numpy.libs")))
-    except (AttributeError, OSError):
+    except AttributeError:
         return []
     if "openblas" not in str(blas.get("name", "")):
+        return []
+    return _wheel_openblas(threadpoolctl, np.__file__, "numpy.libs")
+
+
+@functools.cache
+def _scipy_blas_controller():
+    """Controller of the OpenBLAS a SciPy wheel ships in ``scipy.libs`` (its
+    own, not NumPy's), made once; None when there is none or threadpoolctl is
+    missing. Only called once SciPy is imported (a library not loaded fails)."""
+    try:
+        import scipy
+        import threadpoolctl
+    except ImportError:
+        return None
+    libs = _wheel_openblas(threadpoolctl, scipy.__file__, "scipy.libs")
+    return _BlasThreads(libs) if libs else None
+
+
+def _wheel_openblas(threadpoolctl, package_init, libs_dir):
+    """Controllers of the OpenBLAS files in a wheel's ``<package>.libs`` folder,
+    found by file name (threadpoolctl's internals)."""
+    try:
+        make = threadpoolctl.OpenBLASController
+        prefixes = [p for p in make.filename_prefixes if p != "libblas"]
+        where = os.path.dirname(os.path.dirname(package_init))
+        names = sorted(os.listdir(os.path.join(where, libs_dir)))
+    except (AttributeError, OSError):
         return []
     libs = []
     for name in names:
@@ -117,7 +153,7 @@ def _numpy_openblas(threadpoolctl):
         if prefix is None or ".so" not in name:
             continue
         try:  # opened without loading: a file the process has not loaded fails
-            path = os.path.join(where, "numpy.libs", name)
+            path = os.path.join(where, libs_dir, name)
             libs.append(make(filepath=path, prefix=prefix))
         except OSError:
             continue
