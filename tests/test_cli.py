@@ -1,5 +1,6 @@
 """The xpml command line."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -363,3 +364,30 @@ def test_results_record_the_blas_kernels_and_the_variables_forcing_them(monkeypa
     assert "openblas" in info["blas"]  # NumPy's wheel ships OpenBLAS
     monkeypatch.delenv("OPENBLAS_CORETYPE")
     assert machine_info()["blas_env"] is None
+
+
+def test_no_call_starts_that_its_known_time_would_end_past_the_limit():
+    """The alternating warm loop keeps within the time allowed: a call (warm-up
+    or timed) whose known time would end past it is not started, on any side
+    (a side was once given its warm-up and first timed call regardless)."""
+    from xpml.bench import _Clock, time_alternating
+
+    calls = []
+
+    def side(name):
+        return _Clock(
+            lambda: calls.append(name) or time.sleep(0.05), contextlib.nullcontext, None
+        )
+
+    plan = {"warmup": 1, "repeats": 5, "adaptive": False, "estimate": 0.05}
+    x, r = side("x"), side("r")
+    t0 = time.perf_counter()
+    time_alternating({"x": (x, plan), "r": (r, plan)}, limit_s=0.17)
+    assert time.perf_counter() - t0 < 0.17 + 0.04
+    # warm-ups end near 0.10 s: x's first timed call fits, r's would end at 0.20
+    assert calls[:2] == ["x", "r"] and "r" not in calls[2:] and len(calls) <= 3
+    # without a limit, every planned call is made, the sides alternating
+    calls.clear()
+    y, z = side("x"), side("r")
+    time_alternating({"x": (y, plan), "r": (z, plan)})
+    assert calls == ["x", "r"] + ["x", "r"] * 5 and len(y.times) == len(z.times) == 5

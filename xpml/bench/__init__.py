@@ -84,26 +84,35 @@ def timeit(fn, *, warmup=1, repeats=5, sync=None, adaptive=True, limit_s=None):
 def time_alternating(sides, *, limit_s=None):
     """Time several callables against each other: ``sides`` maps a name to
     ``(clock, plan)`` (a :class:`_Clock` and ``{"warmup", "repeats",
-    "adaptive"}``). Each side makes its warm-up calls, then the sides take
-    turns call by call, as many timed calls each (the fewest any side's plan
-    allows, see :func:`timeit` for ``adaptive`` and ``limit_s``): a machine
-    whose speed drifts slows every side alike. The times land in each clock's
+    "adaptive"}``, optionally ``"estimate"``: seconds a call is known to
+    take). Each side makes its warm-up calls, then the sides take turns call
+    by call, as many timed calls each (the fewest any side's plan allows, see
+    :func:`timeit` for ``adaptive``): a machine whose speed drifts slows every
+    side alike. With ``limit_s``, no call starts (warm-up or timed) that the
+    slowest call so far, or the estimate, says would end past it; a side
+    without either makes its first timed call. The times land in each clock's
     ``times``."""
     start = time.perf_counter()
+
+    def fits(clock, plan):
+        if limit_s is None:
+            return True
+        known = max(clock.slowest, plan.get("estimate") or 0.0)
+        if not known and not clock.times:
+            return True  # nothing known yet: its first call is made
+        return time.perf_counter() - start + known <= limit_s
+
     counts = []
     for clock, plan in sides.values():
         first = None
         for _ in range(plan["warmup"]):
-            first = clock.call()
+            if fits(clock, plan):
+                first = clock.call()
         adapt = plan.get("adaptive", True) and first is not None
         counts.append(_adapt(plan["repeats"], first) if adapt else plan["repeats"])
     for _ in range(max(min(counts), 1) if counts else 0):
-        for clock, _ in sides.values():
-            late = (
-                limit_s is not None
-                and time.perf_counter() - start + clock.slowest > limit_s
-            )
-            if not (clock.times and late):
+        for clock, plan in sides.values():
+            if fits(clock, plan):
                 clock.times.append(clock.call())
 
 
@@ -280,7 +289,11 @@ class Bench:
     ):
         if cold not in COLD_MODES:
             raise ValueError(f"cold must be one of {COLD_MODES}, got {cold!r}")
-        if not isinstance(cold_runs, int) or cold_runs < 1:
+        if (
+            isinstance(cold_runs, bool)
+            or not isinstance(cold_runs, int)
+            or cold_runs < 1
+        ):
             raise ValueError(f"cold_runs must be an integer >= 1, got {cold_runs!r}")
         self.backend, self.device = backend, device
         self.quick, self.tiny = quick or tiny, tiny
@@ -429,7 +442,12 @@ class Bench:
                 notes.append(f"{side} not timed warm ({took}; {limit:.0f} s allowed)")
                 return None
             repeats = min(repeats, fits - warmup)
-        return {"warmup": warmup, "repeats": max(repeats, 1), "adaptive": adaptive}
+        return {
+            "warmup": warmup,
+            "repeats": max(repeats, 1),
+            "adaptive": adaptive,
+            "estimate": estimate,
+        }
 
     def _reference_plan(self, cold, once, plan, notes):
         """:meth:`_warm_plan` of the reference; one whose cold call took over
@@ -452,7 +470,7 @@ class Bench:
         )
         return True
 
-    def _warm_calls(self, timed):
+    def _warm_calls(self, timed, notes):
         """Warm timing in this process of the sides in ``timed`` (``[(side, fn,
         plan), ...]``; a side whose plan is None is not timed), alternating
         call by call (:func:`time_alternating`).
@@ -473,6 +491,9 @@ class Bench:
             if plan
         }
         time_alternating(sides, limit_s=self.time_left())
+        for side, (clock, _) in sides.items():
+            if not clock.times:
+                notes.append(f"{side} not timed warm (the time allowed ran out)")
         return {
             side: (statistics.median(c.times) if c.times else None, len(c.times))
             for side, (c, _) in sides.items()
@@ -527,7 +548,7 @@ class Bench:
             r_cold = colds["ref"]
             r_plan = self._reference_plan(r_cold, once or ref_once, plan, notes)
             timed.append(("reference", ref_fn, r_plan))
-        warm = self._warm_calls(timed)
+        warm = self._warm_calls(timed, notes)
         t_x, n_x = warm.get("xpml", (None, 0))
         t_r, n_r = warm.get("reference", (t_r, n_r))  # else known or not timed
         result = Result(

@@ -360,13 +360,28 @@ _SPAWNED = "import sys; from xpml.bench._cold import _child; _child(*sys.argv[1:
 
 def prefault(mb):
     """Touch ``mb`` MB of fresh memory and free it (see the module docstring:
-    the next process then gets memory this machine's host still backs)."""
+    the next process then gets memory this machine's host still backs); at
+    most half the memory available now, and nothing when it cannot be had."""
+    mb = min(int(mb), _available_mb() // 2)
     if mb <= 0:
         return
     import numpy as np
 
-    block = np.ones(int(mb) << 17)  # float64: 2**17 per MB, every page written
-    del block
+    with contextlib.suppress(MemoryError):
+        block = np.ones(mb << 17)  # float64: 2**17 per MB, every page written
+        del block
+
+
+def _available_mb():
+    """Memory available now, in MB (Linux's MemAvailable; elsewhere 64 GiB)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 16
 
 
 def _child_env():
