@@ -203,7 +203,9 @@ class _PanelPlan:
         """The panel below a diagonal block, and one product per thread (none
         when one block is the whole matrix)."""
         below = max(self.n - self.panel, 0)
-        size = min(self.rows, below) * min(self.panel, below)
+        # a product is a row block (``rows``) or a diagonal block's strip
+        # (``_STRIP`` rows), at most ``panel`` columns wide
+        size = min(max(self.rows, _STRIP), below) * min(self.panel, below)
         return np.empty(below * self.panel, dtype=dtype), [
             np.empty(size, dtype=dtype) for _ in range(self.threads if below else 0)
         ]
