@@ -381,10 +381,9 @@ def test_no_call_starts_that_its_known_time_would_end_past_the_limit():
 
     plan = {"warmup": 1, "repeats": 5, "adaptive": False, "estimate": 0.05}
     x, r = side("x"), side("r")
-    t0 = time.perf_counter()
     time_alternating({"x": (x, plan), "r": (r, plan)}, limit_s=0.17)
-    assert time.perf_counter() - t0 < 0.17 + 0.04
-    # warm-ups end near 0.10 s: x's first timed call fits, r's would end at 0.20
+    # warm-ups end near 0.10 s (later on a busy machine, never sooner): x's
+    # first timed call may fit, r's would end at 0.20 s at the soonest
     assert calls[:2] == ["x", "r"] and "r" not in calls[2:] and len(calls) <= 3
     # without a limit, every planned call is made, the sides alternating
     calls.clear()
