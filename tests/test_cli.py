@@ -252,8 +252,9 @@ def test_sides_alternate_in_cold_processes_and_warm_calls(tmp_path):
         r = b.compare("t", "c", 1, side("x", 0.1), side("r", 0.001))
     finally:
         b.close()
-    # cold: x r x r x r; warm-up: x r; timed: x r x r
-    assert log.read_text() == "xr" * 3 + "xr" + "xr" * 2
+    # cold: x r x r x r; warm-up: x r; timed: x r x r, each after an untimed
+    # call (both sides' calls are short: SETTLE_UNDER_S)
+    assert log.read_text() == "xr" * 3 + "xr" + "xxrr" * 2
     runs = r.xpml_cold["runs_s"]
     assert len(runs) == 3 and r.xpml_cold_s == sorted(runs)[1] >= 0.1
     assert len(r.ref_cold["runs_s"]) == 3 and r.ref_cold_s < 0.1
@@ -366,6 +367,31 @@ def test_results_record_the_blas_kernels_and_the_variables_forcing_them(monkeypa
     assert machine_info()["blas_env"] is None
 
 
+def test_short_calls_settle_with_an_untimed_call_at_each_turn():
+    """With two sides, a side whose warm-up was short makes an untimed call
+    before each timed one (the other side's threads may still spin); a side
+    with long calls, or a lone side (timeit), does not."""
+    from xpml import bench as B
+
+    calls = []
+
+    def side(name, seconds):
+        return B._Clock(
+            lambda: calls.append(name) or time.sleep(seconds),
+            contextlib.nullcontext,
+            None,
+        )
+
+    plan = {"warmup": 1, "repeats": 2, "adaptive": False}
+    x, r = side("x", 0.0), side("r", B.SETTLE_UNDER_S + 0.01)
+    B.time_alternating({"x": (x, plan), "r": (r, plan)})
+    assert calls == ["x", "r"] + ["x", "x", "r"] * 2
+    assert len(x.times) == len(r.times) == 2
+    calls.clear()
+    B.timeit(lambda: calls.append("t"), warmup=1, repeats=3)
+    assert calls == ["t"] * 4
+
+
 def test_no_call_starts_that_its_known_time_would_end_past_the_limit():
     """The alternating warm loop keeps within the time allowed: a call (warm-up
     or timed) whose known time would end past it is not started, on any side
@@ -385,8 +411,10 @@ def test_no_call_starts_that_its_known_time_would_end_past_the_limit():
     # warm-ups end near 0.10 s (later on a busy machine, never sooner): x's
     # first timed call may fit, r's would end at 0.20 s at the soonest
     assert calls[:2] == ["x", "r"] and "r" not in calls[2:] and len(calls) <= 3
-    # without a limit, every planned call is made, the sides alternating
+    # without a limit, every planned call is made, the sides alternating (each
+    # timed call after an untimed one: the calls are short)
     calls.clear()
     y, z = side("x"), side("r")
     time_alternating({"x": (y, plan), "r": (z, plan)})
-    assert calls == ["x", "r"] + ["x", "r"] * 5 and len(y.times) == len(z.times) == 5
+    assert calls == ["x", "r"] + ["x", "x", "r", "r"] * 5
+    assert len(y.times) == len(z.times) == 5

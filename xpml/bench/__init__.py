@@ -17,7 +17,9 @@ Timing, for each side (xpml and its reference):
   the two sides alternating, and the median is reported;
 * warm: in this process, one warm-up call per side, then ``repeats`` timed
   calls of each, the two sides alternating call by call (so that a machine
-  whose speed drifts slows both alike); the median is reported. On the CPU a
+  whose speed drifts slows both alike), a side with calls under
+  :data:`SETTLE_UNDER_S` making an untimed call at each turn first (the other
+  side's worker threads still spin after its call); the median is reported. On the CPU a
   call whose cold run took over :data:`WARMUP_COVERED_S` gets no warm-up (the
   cold call was one, and its first-call costs are lost in its length).
 
@@ -60,6 +62,11 @@ WARMUP_COVERED_S = 5.0
 #: to ``Bench.cold_runs`` in all) and the median reported: one fresh process on
 #: a busy machine is a noisy sample (seconds)
 COLD_REPEAT_UNDER_S = 5.0
+#: in the alternating warm loop, a side whose calls are shorter than this makes
+#: one untimed call at each turn before its timed one: the other side's idle
+#: worker threads (OpenMP, BLAS) spin for some milliseconds after its call and
+#: would otherwise share the cores with this one (seconds)
+SETTLE_UNDER_S = 0.25
 
 
 class BudgetSpent(Exception):
@@ -88,10 +95,13 @@ def time_alternating(sides, *, limit_s=None):
     take). Each side makes its warm-up calls, then the sides take turns call
     by call, as many timed calls each (the fewest any side's plan allows, see
     :func:`timeit` for ``adaptive``): a machine whose speed drifts slows every
-    side alike. With ``limit_s``, no call starts (warm-up or timed) that the
-    slowest call so far, or the estimate, says would end past it; a side
-    without either makes its first timed call. The times land in each clock's
-    ``times``."""
+    side alike. With two sides or more, a side whose warm-up took less than
+    :data:`SETTLE_UNDER_S` makes an untimed call before each timed one (a
+    Conv2D call timed right after PyTorch's took twice its time while
+    PyTorch's OpenMP threads spun). With ``limit_s``, no call starts (warm-up,
+    settling or timed) that the slowest call so far, or the estimate, says
+    would end past it; a side without either makes its first timed call. The
+    times land in each clock's ``times``."""
     start = time.perf_counter()
 
     def fits(clock, plan):
@@ -102,16 +112,19 @@ def time_alternating(sides, *, limit_s=None):
             return True  # nothing known yet: its first call is made
         return time.perf_counter() - start + known <= limit_s
 
-    counts = []
-    for clock, plan in sides.values():
+    counts, settle = [], {}
+    for name, (clock, plan) in sides.items():
         first = None
         for _ in range(plan["warmup"]):
             if fits(clock, plan):
                 first = clock.call()
         adapt = plan.get("adaptive", True) and first is not None
         counts.append(_adapt(plan["repeats"], first) if adapt else plan["repeats"])
+        settle[name] = len(sides) > 1 and first is not None and first < SETTLE_UNDER_S
     for _ in range(max(min(counts), 1) if counts else 0):
-        for clock, plan in sides.values():
+        for name, (clock, plan) in sides.items():
+            if settle[name] and fits(clock, plan):
+                clock.call()  # untimed: the other side's threads quieten
             if fits(clock, plan):
                 clock.times.append(clock.call())
 
@@ -790,7 +803,9 @@ def markdown_table(results, cold="fork", cold_runs=1, prefault_mb=0):
         )
         + ". "
         "warm: median of repeats after a warm-up in one process, xpml and the "
-        "reference alternating call by call (on the CPU, no warm-up after a cold "
+        "reference alternating call by call, a side with calls under "
+        f"{SETTLE_UNDER_S * 1e3:.0f} ms making one untimed call at each turn first "
+        "(on the CPU, no warm-up after a cold "
         f"call over {WARMUP_COVERED_S:.0f} s). ratio = xpml / reference (below 1: "
         "xpml is faster). "
         "† the reference was timed once (cold), which stands for its warm time. "
