@@ -1,0 +1,131 @@
+"""Conv2D float32 forward+backward against PyTorch outside the harness (issue 14).
+
+Each side is timed in blocks of ``--block`` calls (the sides taking turns block
+by block), so that the position of a call in its block shows what the other
+library left running (PyTorch's OpenMP threads spin after its call). Then
+xpml's parts on their own: the forward, the stride-1 backward, and the two
+pieces of work they are made of on NumPy (the window copies and the matrix
+products, at the block sizes the layer uses). Same case as ``xpml bench nn``:
+64 images of 28 x 28, 16 -> 32 channels, 3 x 3, padding 1.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv_breakdown.py
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def _median_ms(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return round(1e3 * statistics.median(times), 2)
+
+
+def _cases():
+    import torch
+
+    from xpml.nn import conv as C
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 28, 28, 16)).astype(np.float32)
+    W = rng.standard_normal((3, 3, 16, 32)).astype(np.float32)
+    b = np.zeros(32, np.float32)
+    dZ = rng.standard_normal((64, 28, 28, 32)).astype(np.float32)
+    Xt = torch.tensor(np.transpose(X, (0, 3, 1, 2)).copy(), requires_grad=True)
+    Wt = torch.tensor(np.transpose(W, (3, 2, 0, 1)).copy(), requires_grad=True)
+    bt = torch.zeros(32, requires_grad=True)
+    dZt = torch.tensor(np.transpose(dZ, (0, 3, 1, 2)).copy())
+
+    def forward():
+        return C.conv_forward(X, W, b, padding=(1, 1), xp=np)
+
+    def backward():
+        return C.conv_backward_s1(X, dZ, W, (1, 1), xp=np)
+
+    def ours():
+        forward()
+        C.bias_grad(dZ, xp=np)
+        return backward()
+
+    def ref():
+        for a in (Xt, Wt, bt):
+            a.grad = None
+        torch.nn.functional.conv2d(Xt, Wt, bt, padding=1).backward(dZt)
+
+    return {"xpml": ours, "torch": ref}, {"forward": forward, "backward": backward}
+
+
+def _parts(repeats):
+    """xpml's NumPy work by kind, summed over the layer's blocks of images."""
+    out = _part("forward", 16, 32, repeats)
+    out.update(_part("backward", 32, 16, repeats))
+    return out
+
+
+def _part(name, C_in, C_out, repeats):
+    """The window copies and products of one pass (windows of ``C_in``
+    channels, ``C_out`` columns out), as many blocks as the layer makes."""
+    from xpml.nn import conv as C
+
+    rng = np.random.default_rng(1)
+    step = max(1, C.BLOCK_BYTES // (28 * 28 * 9 * C_in * 4))
+    data = rng.standard_normal((step, 28, 28, C_in)).astype(np.float32)
+    win = C._BlockWindows(step, data, (3, 3), (1, 1), ((1, 1), (1, 1)))
+    blocks = range(64 // step)
+    A = win.fill(0, step)
+    Wm = rng.standard_normal((A.shape[1], C_out)).astype(np.float32)
+    out = {
+        f"{name}: window copies": _median_ms(
+            lambda: [win.fill(0, step) for _ in blocks], repeats
+        ),
+        f"{name}: product A W ({A.shape[1]}x{C_out})": _median_ms(
+            lambda: [A @ Wm for _ in blocks], repeats
+        ),
+    }
+    if name == "backward":
+        Xm = rng.standard_normal((A.shape[0], 16)).astype(np.float32)
+        out["backward: product X^T A (dW)"] = _median_ms(
+            lambda: [Xm.T @ A for _ in blocks], repeats
+        )
+    return out
+
+
+def main():
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--block", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=20)
+    args = p.parse_args()
+    sides, pieces = _cases()
+    for threads in (None, 1):
+        if threads:
+            torch.set_num_threads(threads)
+        with threadpool_limits(threads):
+            times = {s: [[] for _ in range(args.block)] for s in sides}
+            for _ in range(args.rounds):
+                for side, fn in sides.items():
+                    for j in range(args.block):
+                        t0 = time.perf_counter()
+                        fn()
+                        times[side][j].append(time.perf_counter() - t0)
+            where = "default threads" if threads is None else "1 thread"
+            for side, cols in times.items():
+                ms = [round(1e3 * statistics.median(c), 1) for c in cols]
+                print(f"{where}: {side} ms by position in its block: {ms}")
+            for name, fn in pieces.items():
+                print(f"{where}: xpml {name} alone: {_median_ms(fn, 41)} ms")
+            if threads == 1:  # the layer's own blocks, one thread each
+                for name, ms in _parts(41).items():
+                    print(f"{where}: xpml {name}: {ms} ms")
+
+
+if __name__ == "__main__":
+    main()
