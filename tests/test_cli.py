@@ -252,9 +252,9 @@ def test_sides_alternate_in_cold_processes_and_warm_calls(tmp_path):
         r = b.compare("t", "c", 1, side("x", 0.1), side("r", 0.001))
     finally:
         b.close()
-    # cold: x r x r x r; warm-up: x r; timed: x r x r, each after an untimed
-    # call (both sides' calls are short: SETTLE_UNDER_S)
-    assert log.read_text() == "xr" * 3 + "xr" + "xxrr" * 2
+    # cold: x r x r x r, each process calling twice (short calls); warm-up:
+    # x r; timed: x r x r, each after an untimed call (SETTLE_UNDER_S)
+    assert log.read_text() == "xxrr" * 3 + "xr" + "xxrr" * 2
     runs = r.xpml_cold["runs_s"]
     assert len(runs) == 3 and r.xpml_cold_s == sorted(runs)[1] >= 0.1
     assert len(r.ref_cold["runs_s"]) == 3 and r.ref_cold_s < 0.1
@@ -272,7 +272,8 @@ def test_a_long_cold_call_is_timed_in_one_process(monkeypatch, tmp_path):
         r = b.compare("t", "c", 1, lambda: log.open("a").write("x"), None)
     finally:
         b.close()
-    assert log.read_text() == "xx"  # one cold process, one warm call
+    # one cold process (its first call and, being short, a second), one warm call
+    assert log.read_text() == "xxx"
     assert r.xpml_cold_s is not None and "runs_s" not in r.xpml_cold
 
 
@@ -302,6 +303,28 @@ def test_cli_refuses_a_cold_runs_below_one(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "gram", "--cold-runs", "0"])
     assert "--cold-runs: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_a_short_cold_call_is_followed_by_a_second_in_its_process():
+    """The fresh process times a second call after a short first one, and
+    the table shows the first over the second (issue 16's comparison: later
+    calls in the same process); a closure's state starts afresh in each."""
+    calls = []
+
+    def first_slow():
+        time.sleep(0.2 if not calls else 0.01)
+        calls.append(1)
+
+    b = _bench(repeats=1, cold_runs=2)
+    try:
+        r = b.compare("t", "c", 1, first_slow, None)
+    finally:
+        b.close()
+    assert r.xpml_cold_s >= 0.2 and 0.01 <= r.xpml_cold["second_s"] < 0.2
+    assert r.first_over_second == pytest.approx(r.xpml_cold_s / r.xpml_cold["second_s"])
+    md = markdown_table([r], cold="fork", cold_runs=2)
+    assert "| xpml 1st / 2nd |" in md
+    assert f"| {r.first_over_second:.2f} |" in md
 
 
 def test_memory_is_prefaulted_before_each_cold_call(monkeypatch):
