@@ -232,9 +232,13 @@ def _deep_example(rng, *, n_trees, n, missing=False):
 @fast_path("tree.route", "numpy", example=_route_deep_example)
 @fast_path("tree.route", "numpy", example=_route_nan_example)
 @fast_path("tree.route", "numpy", example=_route_example)
-def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, out=None):
+def _route_numpy(
+    X, table, *, xp, trees=None, compact_every=3, missing=False, out=None, walk=None
+):
     """:func:`_route` on NumPy (``out``: a flat int64 buffer of at least
-    T * n entries to write the leaves into), in blocks of at most ``_ROUTE_BLOCK`` (tree,
+    T * n entries to write the leaves into; ``walk``: the buffers of
+    :func:`reusable_walk`, for a caller that routes slices of one input one
+    after another), in blocks of at most ``_ROUTE_BLOCK`` (tree,
     row) pairs: a block of several trees walks a slice of the rows small
     enough (``_ROUTE_ROW_BYTES``) that they stay in cache from tree to tree.
     Each slice is copied column by column into one buffer (pairs at the same
@@ -256,7 +260,9 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, ou
     T = int(roots.shape[0])
     rows, per = _block_shape(n, d, T, X.dtype.itemsize)
     every = max(1, int(compact_every))
-    walk = _Walk(X, table, rows, every=every, missing=missing, size=min(T, per) * rows)
+    if walk is None:
+        size = min(T, per) * rows
+        walk = _Walk(X, table, rows, every=every, missing=missing, size=size)
     starts = roots if walk.heap is None else walk.heap[0][trees]
     out = np.empty(T * n, dtype=np.int64) if out is None else out[: T * n]
     for r0 in range(0, n, rows):
@@ -271,6 +277,21 @@ def _route_numpy(X, table, *, xp, trees=None, compact_every=3, missing=False, ou
             node, base, pos = walk.block(node, base, pos.reshape(-1), depths[a:b], out)
             out[pos] = node
     return np.reshape(out, (T, n))
+
+
+def reusable_walk(X, table, *, missing, compact_every=3):
+    """Buffers for :func:`_route_numpy` to route every slice of ``X``'s rows
+    (slices of at most :func:`_stack_rows` rows) through all of ``table``'s
+    trees with, made once (a forest's predict: 3 MB of buffers, not 3 MB a
+    slice, each faulted in afresh on a first call); None for a single tree,
+    which reads each slice where it is."""
+    T, (n, d) = int(table.roots.shape[0]), X.shape
+    if T == 1:
+        return None
+    rows, _ = _block_shape(int(n), int(d), T, X.dtype.itemsize)
+    size = min(T * rows, _ROUTE_BLOCK)  # enough for any slice's blocks
+    every = max(1, int(compact_every))
+    return _Walk(X, table, rows, every=every, missing=missing, size=size)
 
 
 def _block_shape(n, d, T, itemsize):

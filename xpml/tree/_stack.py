@@ -26,6 +26,7 @@ from xpml.tree._route import (
     RoutingTable,
     _route_numpy,
     prepare_walk,
+    reusable_walk,
     route,
 )
 from xpml.utils._array_api import (
@@ -185,10 +186,13 @@ def _value_sum_numpy(X, stack, *, xp, mask=None, missing=False, max_elements=1 <
     total = np.empty((n,) + vs, dtype=stack.value.dtype)
     leaves = np.empty(T * rows, dtype=np.int64)
     buf = np.empty((2, rows) + vs, dtype=stack.value.dtype)
+    walk = reusable_walk(X[:rows], stack.table, missing=missing)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         m, tot = r1 - r0, total[r0:r1]
-        lv = _route_numpy(X[r0:r1], stack.table, xp=np, missing=missing, out=leaves)
+        lv = _route_numpy(
+            X[r0:r1], stack.table, xp=np, missing=missing, out=leaves, walk=walk
+        )
         mk = None if mask is None else mask[:, r0:r1].astype(stack.value.dtype)
         for a in range(0, T, per):
             s = tot if a == 0 else buf[0, :m]
