@@ -451,6 +451,43 @@ def test_layers_agree_across_libraries(xp, make, shape):
         close(xp.to_numpy(layer.grads[k]), ref.grads[k], rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: Conv2D(3, 3, padding=1, random_state=0), (0, 6, 5, 2)),
+        (lambda: Conv2D(3, 3, padding=1, input_grad="fold"), (0, 6, 5, 2)),
+        (lambda: Conv2D(3, 2, stride=2, padding=1, random_state=0), (0, 7, 6, 2)),
+        (lambda: Conv2D(3, 2, stride=2, input_grad="fold"), (0, 7, 6, 2)),
+        (lambda: MaxPool2D(2), (0, 6, 6, 2)),
+        (lambda: Flatten(), (0, 3, 4, 2)),
+        (lambda: Dense(3, random_state=0), (0, 4)),
+    ],
+    ids=["conv", "conv-fold", "conv-s2", "conv-s2-fold", "maxpool", "flatten", "dense"],
+)
+def test_layers_take_an_empty_batch(xp, make, shape):
+    """As in PyTorch, a batch of no images goes forward and back: outputs of the
+    layer's shape with no rows, and zero parameter gradients."""
+    layer, ref = make(), make()
+    want = ref.forward(np.ones((1, *shape[1:]))).shape[1:]
+    X = xp.asarray(np.zeros(shape))
+    Y = layer.forward(X)
+    assert tuple(Y.shape) == (0, *want) and xp.is_native(Y)
+    dX = layer.backward(xp.asarray(np.zeros((0, *want))))
+    assert tuple(dX.shape) == shape and xp.is_native(dX)
+    for name, g in layer.grads.items():
+        assert tuple(g.shape) == tuple(layer.params[name].shape)
+        assert not np.any(xp.to_numpy(g)), name
+
+
+def test_batchnorm_refuses_an_empty_training_batch():
+    bn = BatchNorm1D()
+    with pytest.raises(ValueError, match="at least one sample"):
+        bn.forward(np.zeros((0, 3)))
+    bn.forward(np.ones((2, 3)))
+    bn.training = False
+    assert bn.forward(np.zeros((0, 3))).shape == (0, 3)  # the running statistics
+
+
 def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="kernel_size"):
         Conv2D(2, 0).forward(np.ones((1, 3, 3, 1)))

@@ -1002,9 +1002,11 @@ class Conv2D(Layer):
         xp = array_api_compat.array_namespace(X)
         _, stride, padding = self._geometry()
         W, b = self.params["W"], self.params["b"]
-        Z = conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
         self._cache = X  # dW rebuilds the windows
-        return Z
+        if X.shape[0] == 0:  # an empty batch: no windows to make
+            shape = (0, *self.output_shape(tuple(X.shape[1:])))
+            return xp.zeros(shape, dtype=xp.result_type(X, W), device=array_device(X))
+        return conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
 
     def backward(self, dZ):
         xp = array_api_compat.array_namespace(dZ)
@@ -1013,6 +1015,9 @@ class Conv2D(Layer):
         W = self.params["W"]
         self.grads["b"] = bias_grad(dZ, xp=xp)
         method = self._input_grad()
+        if X.shape[0] == 0:  # an empty batch contributes nothing
+            self.grads["W"] = xp.zeros_like(W)
+            return xp.zeros(X.shape, dtype=dZ.dtype, device=array_device(dZ))
         if tuple(stride) == (1, 1):
             dX, self.grads["W"] = conv_backward_s1(
                 X, dZ, W, padding, xp=xp, method=method

@@ -175,6 +175,11 @@ class BatchNorm1D(Layer):
         xp = array_api_compat.array_namespace(X)
         if self.training:
             n = X.shape[0]
+            if n == 0:
+                raise ValueError(
+                    "BatchNorm1D needs at least one sample per batch in training "
+                    "mode (the batch mean of none is undefined); got an empty batch"
+                )
             mean = xp.mean(X, axis=0)
             var = xp.mean((X - mean) ** 2, axis=0)
             m = self.momentum
@@ -221,7 +226,8 @@ class Flatten(Layer):
     def forward(self, X):
         xp = array_api_compat.array_namespace(X)
         self._cache_shape = tuple(X.shape)
-        return xp.reshape(X, (X.shape[0], -1))
+        # the size spelled out: ``-1`` is ambiguous for an empty batch
+        return xp.reshape(X, (X.shape[0], *self.output_shape(X.shape[1:])))
 
     def backward(self, dY):
         xp = array_api_compat.array_namespace(dY)
