@@ -365,6 +365,29 @@ def test_numpy_proposal_is_the_portable_one(with_previous_set):
         assert fast[0].shape[0] == min(h, int(up.sum()))
 
 
+def test_portable_proposal_keeps_indices_past_float32_precision():
+    """A float32 problem of more than 2**24 variables: the portable proposal
+    (the one GPU libraries run) returns the violators' exact indices, which
+    float32 cannot hold (2**24 + 1 would come back as 2**24)."""
+    import array_api_compat.numpy as cnp
+
+    from xpml.svm._smo import _Problem
+    from xpml.utils._array_api import dispatch
+
+    n = 2**24 + 8
+    y = np.ones(n, dtype=np.float32)
+    C = np.ones(n, dtype=np.float32)
+    alpha = np.full(n, 0.5, dtype=np.float32)  # all free: in both index sets
+    v = np.zeros(n, dtype=np.float32)
+    v[[2**24 + 1, 2**24 + 3, 2**24 + 5]] = [3.0, 2.0, 1.0]  # the top of I_up
+    v[[2**24 + 7, 5]] = [-4.0, -2.5]  # the top of I_low (scored −v)
+    prob = _Problem(y, C, alpha, v, np.asarray(-np.inf, dtype=np.float32))
+    got = dispatch("svm.propose", cnp, fast=False)(prob, 3, None, xp=cnp)
+    np.testing.assert_array_equal(got[0], [2**24 + 1, 2**24 + 3, 2**24 + 5])
+    np.testing.assert_array_equal(got[1][:2], [2**24 + 7, 5])
+    assert got[3] == 7.0  # the violation: 3 + 4
+
+
 # --------------------------------------------------------- memory budget
 def test_small_cache_budget_keeps_peak_under_budget():
     rng = np.random.default_rng(0)

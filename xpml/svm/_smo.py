@@ -1076,12 +1076,12 @@ def _propose_portable(prob, h, B_prev, /, *, xp):
     s_low = xp.where(u > low, -v, ninf)
     top = dispatch("svm.top_k", xp)
     cu, cl = top(s_up, h, xp=xp), top(s_low, h, xp=xp)
-    parts = [
-        xp.take(s_up, cu),
-        xp.take(s_low, cl),
-        xp.astype(cu, dt),
-        xp.astype(cl, dt),
-    ]
+    # the indices ride in the problem's dtype while it holds them exactly (a
+    # float32 problem up to 2**24 variables); past that, a transfer of their own
+    exact = int(v.shape[0]) <= 2.0 / float(xp.finfo(dt).eps)
+    parts = [xp.take(s_up, cu), xp.take(s_low, cl)]
+    if exact:
+        parts += [xp.astype(cu, dt), xp.astype(cl, dt)]
     free = None
     if B_prev is not None:
         aB, CB = xp.take(alpha, B_prev), xp.take(C, B_prev)
@@ -1091,15 +1091,20 @@ def _propose_portable(prob, h, B_prev, /, *, xp):
     packed = to_numpy(xp.concat(parts + [xp.reshape(dual, (1,))]))
     ku, kl = int(cu.shape[0]), int(cl.shape[0])
     sc_up, sc_low = packed[:ku], packed[ku : ku + kl]
-    idx = packed[ku + kl : 2 * (ku + kl)].astype(np.int64)
+    rest = packed[ku + kl :]  # after the scores: [indices,] free flags, dual
+    if exact:
+        idx, rest = rest[: ku + kl], rest[ku + kl :]
+    else:
+        idx = to_numpy(xp.concat([cu, cl]))
+    idx = idx.astype(np.int64)
     top_up = sc_up[0] if ku else -math.inf
     top_low = sc_low[0] if kl else -math.inf
     return (
         idx[:ku][np.isfinite(sc_up)],
         idx[ku:][np.isfinite(sc_low)],
-        packed[2 * (ku + kl) : -1] > 0,
+        rest[:-1] > 0,
         float(top_up + top_low),
-        float(packed[-1]),
+        float(rest[-1]),
         (cu, cl, free),
     )
 
