@@ -1,12 +1,16 @@
-"""Issue 16: an unpickled tree or forest predicts without building anything.
+"""Issue 16: an unpickled or loaded tree or forest predicts without building
+anything.
 
 Its stack (routing table, leaf values) and the table's step and heap caches
-are dropped from the pickle; they are rebuilt at unpickling, so the first
-predict finds them ready (spied: no builder runs in it) and answers as the
-original model does.
+are dropped from the pickle and the saved file; they are rebuilt at
+unpickling (and by :func:`xpml.load`), so the first predict finds them ready
+(spied: no builder runs in it) and answers as the original model does.
 """
 
+import io
 import pickle
+
+import xpml
 
 import numpy as np
 import pytest
@@ -31,7 +35,19 @@ MODELS = [
     DecisionTreeRegressor(random_state=0),
     RandomForestClassifier(8, random_state=0),
     RandomForestRegressor(8, random_state=0),
+    AdaBoostClassifier(n_estimators=6, random_state=0),
 ]
+
+
+def _pickled(model):
+    return pickle.loads(pickle.dumps(model))
+
+
+def _saved(model):
+    buf = io.BytesIO()
+    model.save(buf)
+    buf.seek(0)
+    return xpml.load(buf)
 
 
 def _spy(monkeypatch, module, name, calls):
@@ -44,13 +60,14 @@ def _spy(monkeypatch, module, name, calls):
     monkeypatch.setattr(module, name, spy)
 
 
+@pytest.mark.parametrize("reload", [_pickled, _saved], ids=["pickle", "xpml.load"])
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: type(m).__name__)
-def test_unpickled_model_first_predict_builds_nothing(model, monkeypatch):
+def test_reloaded_model_first_predict_builds_nothing(model, reload, monkeypatch):
     X, y = _data()
     fitted = model.fit(X[:400], y[:400])
     expected = fitted.predict(X[400:])
-    loaded = pickle.loads(pickle.dumps(fitted))
-    assert "_cache_stack" in vars(loaded)  # rebuilt at unpickling
+    loaded = reload(fitted)
+    assert "_cache_stack" in vars(loaded)  # rebuilt at unpickling or load
     calls = []
     for name in ("stack_trees", "host_tree", "_host_table"):
         _spy(monkeypatch, _stack, name, calls)
@@ -87,7 +104,7 @@ def test_pickle_holds_no_stack():
 def test_boosting_members_keep_no_stack(monkeypatch):
     """AdaBoost predicts from a stack of its own (the members' votes as leaf
     values): its members' stacks are dropped after fit, so unpickling
-    rebuilds none of them."""
+    rebuilds that one stack and none of theirs."""
     X, y = _data()
     ada = AdaBoostClassifier(n_estimators=6, random_state=0).fit(X, y)
     expected = ada.predict(X)
@@ -95,7 +112,7 @@ def test_boosting_members_keep_no_stack(monkeypatch):
     calls = []
     _spy(monkeypatch, _stack, "stack_trees", calls)
     loaded = pickle.loads(blob)
-    assert calls == []
+    assert calls == ["stack_trees"]
     assert all("_cache_stack" not in vars(m) for m in loaded.estimators_)
     np.testing.assert_array_equal(loaded.predict(X), expected)
 

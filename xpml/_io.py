@@ -802,7 +802,11 @@ def load(
         if not isinstance(root, dict) or "__object__" not in root:
             raise ModelFileError(name, "it holds no xpml object")
         decoder = _Decoder(zf, infos, budget, name, (xp, be.device))
-        return decoder.decode_object(root, 1, expected_class)
+        obj = decoder.decode_object(root, 1, expected_class)
+        after_load = getattr(obj, "_after_load", None)
+        if after_load is not None:  # what unpickling rebuilds (a tree's stack)
+            after_load()
+        return obj
     except ModelFileError:
         raise
     except _CONTENT_ERRORS as exc:

@@ -357,6 +357,13 @@ class _BaseBagging(Members, BaseEstimator):
         if stacked and not getattr(self, "_subsets", False):
             restore_stack(self, self.estimators_, self.n_features_in_)
 
+    def _after_load(self):
+        """:func:`xpml.load`'s hook: the forest's stack, as at unpickling."""
+        members = getattr(self, "estimators_", [])
+        trees = all(isinstance(m, _BaseDecisionTree) for m in members)
+        if members and trees and not getattr(self, "_subsets", False):
+            restore_stack(self, members, self.n_features_in_)
+
     def _set_features(self, d, seeds, ctx):
         """``estimators_features_``: the columns each member sees (bagging's
         ``max_features``, ``bootstrap_features``, as scikit-learn), drawn from

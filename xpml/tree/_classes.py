@@ -213,6 +213,12 @@ class _BaseDecisionTree(BaseEstimator):
         if stacked:
             restore_stack(self, [self], self.n_features_in_)
 
+    def _after_load(self):
+        """:func:`xpml.load`'s hook: the stack the fit made, rebuilt as at
+        unpickling, so that the first predict after a load builds nothing."""
+        if hasattr(self, "tree_feature_"):
+            restore_stack(self, [self], self.n_features_in_)
+
     def _host_tree(self):
         return host_tree(self)
 

@@ -337,15 +337,17 @@ def cached_stack(owner, members, ctx, values=None) -> TreeStack:
     return stack
 
 
-def restore_stack(owner, members, n_features):
-    """Rebuild ``owner``'s stack of ``members`` (see :func:`cached_stack`)
-    where their fitted arrays live, with its routing caches: called when a
-    model whose stack was dropped from its pickle is unpickled, so that its
-    first predict builds nothing (as scikit-learn's trees are rebuilt at
-    unpickling)."""
+def restore_stack(owner, members, n_features, values=None):
+    """Rebuild ``owner``'s stack of ``members`` (see :func:`cached_stack`,
+    ``values`` as there) where their fitted arrays live, with its routing
+    caches: called when a model whose stack was dropped from its pickle is
+    unpickled or loaded, so that its first predict builds nothing (as
+    scikit-learn's trees are rebuilt at unpickling)."""
     src = members[0].tree_feature_
     xp = array_namespace(src)
     trees = [host_tree(m) for m in members]
+    if values is not None:
+        trees = [{**tr, "value": values(t, tr)} for t, tr in enumerate(trees)]
     sources = tuple(m.tree_feature_ for m in members)
     owner._cache_stack = stack_trees(
         trees, xp, device(src), sources, n_features=n_features
