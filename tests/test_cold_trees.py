@@ -10,11 +10,10 @@ unpickling (and by :func:`xpml.load`), so the first predict finds them ready
 import io
 import pickle
 
-import xpml
-
 import numpy as np
 import pytest
 
+import xpml
 from xpml.ensemble import (
     AdaBoostClassifier,
     RandomForestClassifier,
