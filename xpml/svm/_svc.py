@@ -174,7 +174,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         Kernel cache in MB, as scikit-learn's: the most memory for kernel rows
         (cache plus working blocks). The cache grows as rows are requested
         (doubling) up to this cap, so a small problem allocates little; the
-        full ``n × n`` matrix is held only when it fits.
+        full ``n × n`` matrix is held only when it fits. Outside this budget,
+        as LIBSVM's own copy of ``X`` is: with the RBF kernel on NumPy, two
+        ``(n, d + 2)`` factors of ``X`` (the inputs of every kernel-row
+        product, made once per fit) and one ``q × q`` working-set block.
     class_weight : dict, "balanced" or None, default=None
         Per-class multipliers of ``C``; "balanced" is ``n / (k · count)``.
     verbose : bool or int, default=False
@@ -238,7 +241,8 @@ class SVC(ClassifierMixin, BaseEstimator):
     cache_peak_bytes_ : int
         Most bytes of kernel rows held at once (buffer + transient blocks);
         at most ``cache_size`` MB unless that holds fewer than ten kernel rows
-        (the solver needs a working set of two rows and its transients).
+        (the solver needs a working set of two rows and its transients);
+        the factors of ``X`` named under ``cache_size`` are not counted.
     class_weight_ : float array (n_classes,)
     probA_, probB_ : float arrays (n_pairs,)
         Platt parameters (probability=True), for LIBSVM's decision values.
