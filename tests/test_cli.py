@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -95,6 +96,26 @@ def test_cold_call_in_a_new_interpreter():
     assert 0 < out["s"] < 60
     # the 8 MB array was loaded before the call
     assert out["peak_rss_mb"] >= out["rss_before_mb"] > 8
+
+
+def test_a_spawned_cold_process_reports_its_own_peak_memory():
+    """``ru_maxrss`` survives ``exec``: a new interpreter started by a runner
+    that had just touched 1 GB (its prefault) reported that as its own peak.
+    The peak is now the child's address space's (VmHWM on Linux)."""
+    import xpml.bench._cold as cold
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("VmHWM is Linux's")
+    big = np.ones(2**25)  # 256 MB resident in this (the runner's) process
+    runner = ColdRunner("spawn")
+    try:
+        out = runner.run(lambda: None, side="ref", timeout=120)
+    finally:
+        runner.close()
+        del big
+    assert out["ok"], out
+    assert out["peak_rss_mb"] < 200, out  # an interpreter with numpy: ~30-120 MB
+    assert cold._peak_rss_mb() >= 256  # this process's own peak
 
 
 def test_cold_call_stopped_at_the_case_timeout_is_a_bound():

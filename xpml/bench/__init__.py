@@ -824,7 +824,7 @@ def markdown_table(results, cold="fork", cold_runs=1, prefault_mb=0):
         "process (median over the processes; made when the first took under "
         f"{SECOND_CALL_UNDER_S:.0f} s). "
         "† the reference was timed once (cold), which stands for its warm time. "
-        "peak MB: the cold process's peak resident memory (ru_maxrss), and in "
+        "peak MB: the cold process's peak resident memory (VmHWM), and in "
         "brackets what the call added to it; GPU: device memory the process held "
         "(its data included).",
         "",

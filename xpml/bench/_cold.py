@@ -6,7 +6,7 @@ pickles it with cloudpickle into a file and starts a fresh process on it. That
 process loads the file (imports and data: not timed), takes the parent's
 thread limits and, for the xpml side, the bench backend, then times one call
 (with a device synchronisation on a GPU) and writes a JSON result: the time,
-its peak resident memory (``ru_maxrss``), its resident memory just before the
+its peak resident memory (``VmHWM``; ``ru_maxrss`` off Linux), its resident memory just before the
 call, and on a GPU the device memory it used. A first call shorter than
 :data:`SECOND_CALL_UNDER_S` is followed by a second one in the same process,
 timed too (``second_s``): "later calls of the same model in the same process",
@@ -142,6 +142,15 @@ def _rss_mb():
 
 
 def _peak_rss_mb():
+    """Peak resident memory of this process's own address space: Linux's
+    ``VmHWM``, because ``ru_maxrss`` carries over ``exec`` -- a spawned
+    child reported its parent's peak (the runner's 1 GB prefault: SVC at
+    n = 50,000 showed +1,134 MB where it holds 200). Elsewhere ``ru_maxrss``."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 

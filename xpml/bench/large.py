@@ -9,7 +9,7 @@ n = 1,000,000.
 
 Each side is timed by one call in a fresh process (the cold call; ``--large``
 starts a new interpreter for it unless ``--cold`` says otherwise), whose peak
-resident memory (``ru_maxrss``) is the memory column: the interpreter, its
+resident memory (``VmHWM``) is the memory column: the interpreter, its
 libraries and the data count in it, and the table shows in brackets what the
 call added. ``--case-timeout SECONDS`` stops a side that runs longer (LIBSVM at
 n = 100,000 can take an hour on two cores); the table then shows the bound.
