@@ -29,9 +29,8 @@ from xpml.tree._classes import (
 )
 from xpml.tree._grow import grow
 from xpml.tree._stack import (
+    StackOwner,
     cached_stack,
-    mark_stack,
-    pop_mark,
     restore_stack,
     stack_trees,
 )
@@ -116,7 +115,7 @@ class _Job:
         return np.stack([c for c, _ in self.draws])
 
 
-class _BaseBagging(Members, BaseEstimator):
+class _BaseBagging(Members, StackOwner, BaseEstimator):
     """Fit, out-of-bag scoring and averaging shared by bagging and forests."""
 
     _base_constraints = {
@@ -346,19 +345,8 @@ class _BaseBagging(Members, BaseEstimator):
         )
         return members
 
-    def __getstate__(self):
-        return mark_stack(self, super().__getstate__())
-
-    def __setstate__(self, state):
-        """A forest pickled with its stack gets it back at unpickling (see
-        :func:`~xpml.tree._stack.restore_stack`)."""
-        state, stacked = pop_mark(state)
-        super().__setstate__(state)
-        if stacked and not getattr(self, "_subsets", False):
-            restore_stack(self, self.estimators_, self.n_features_in_)
-
     def _after_load(self):
-        """:func:`xpml.load`'s hook: the forest's stack, as at unpickling."""
+        """The forest's stack of its trees (:class:`StackOwner`)."""
         members = getattr(self, "estimators_", [])
         trees = all(isinstance(m, _BaseDecisionTree) for m in members)
         if members and trees and not getattr(self, "_subsets", False):

@@ -22,7 +22,7 @@ from xpml.ensemble._base import (
     takes_sample_weight,
 )
 from xpml.tree._classes import DecisionTreeClassifier, _BaseDecisionTree
-from xpml.tree._stack import cached_stack, mark_stack, pop_mark, restore_stack
+from xpml.tree._stack import StackOwner, cached_stack, restore_stack
 from xpml.utils._math import softmax
 from xpml.utils._param_validation import Interval
 from xpml.utils.validation import check_is_fitted, check_random_state, decode_labels
@@ -65,7 +65,7 @@ def _vote_table(betas):
     return values
 
 
-class AdaBoostClassifier(Members, ClassifierMixin, BaseEstimator):
+class AdaBoostClassifier(Members, ClassifierMixin, StackOwner, BaseEstimator):
     """Discrete AdaBoost (SAMME for more than two classes) on weighted stumps.
 
     Weights start at ``1/n`` (times ``sample_weight``, normalised). In round
@@ -241,20 +241,8 @@ class AdaBoostClassifier(Members, ClassifierMixin, BaseEstimator):
             for m in members:  # predict walks the stack above, not theirs
                 m.__dict__.pop("_cache_stack", None)  # (nor rebuilt at unpickling)
 
-    def __getstate__(self):
-        return mark_stack(self, super().__getstate__())
-
-    def __setstate__(self, state):
-        """The vote stack of tree members comes back at unpickling (see
-        :func:`~xpml.tree._stack.restore_stack`)."""
-        state, stacked = pop_mark(state)
-        super().__setstate__(state)
-        if stacked:
-            self._after_load()
-
     def _after_load(self):
-        """:func:`xpml.load`'s hook (and unpickling's): the vote stack of tree
-        members, so that the first predict builds nothing."""
+        """The vote stack of tree members (:class:`StackOwner`)."""
         members = getattr(self, "estimators_", [])
         if members and all(isinstance(m, _BaseDecisionTree) for m in members):
             votes = _vote_table(np.asarray(self._betas_host(), dtype=np.float64))

@@ -16,10 +16,9 @@ from xpml.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from xpml.tree._grow import GrowParams, grow, segment_sum
 from xpml.tree._stack import (
     TREE_ARRAYS,
+    StackOwner,
     cached_stack,
     host_tree,
-    mark_stack,
-    pop_mark,
     restore_stack,
     stack_trees,
 )
@@ -79,7 +78,7 @@ _CRITERIA = {
 }
 
 
-class _BaseDecisionTree(BaseEstimator):
+class _BaseDecisionTree(StackOwner, BaseEstimator):
     """Shared fitting, routing, pruning and persistence of both trees."""
 
     _common_constraints = {
@@ -201,21 +200,9 @@ class _BaseDecisionTree(BaseEstimator):
                 [tree], ctx.xp, ctx.device, sources, fdt, n_features=self.n_features_in_
             )
 
-    def __getstate__(self):
-        return mark_stack(self, super().__getstate__())
-
-    def __setstate__(self, state):
-        """A tree pickled with its stack gets it back at unpickling (built
-        from the fitted arrays, as scikit-learn rebuilds its ``Tree``); a
-        forest's members, which have none, are left as they are."""
-        state, stacked = pop_mark(state)
-        super().__setstate__(state)
-        if stacked:
-            restore_stack(self, [self], self.n_features_in_)
-
     def _after_load(self):
-        """:func:`xpml.load`'s hook: the stack the fit made, rebuilt as at
-        unpickling, so that the first predict after a load builds nothing."""
+        """The stack the fit made (:class:`StackOwner`); a forest's members,
+        which had none, are not given one."""
         if hasattr(self, "tree_feature_"):
             restore_stack(self, [self], self.n_features_in_)
 

@@ -354,6 +354,26 @@ def restore_stack(owner, members, n_features, values=None):
     )
 
 
+class StackOwner:
+    """Pickling (and :func:`xpml.load`) for an estimator that predicts from a
+    stack of fitted trees: the stack is left out of the state with a mark
+    (:func:`mark_stack`), and an owner that had one gets it back from
+    ``_after_load`` (its own: which members, which leaf values) when
+    unpickled, as when loaded; so its first predict builds nothing."""
+
+    def __getstate__(self):
+        return mark_stack(self, super().__getstate__())
+
+    def __setstate__(self, state):
+        state, stacked = pop_mark(state)
+        super().__setstate__(state)
+        if stacked:
+            self._after_load()
+
+    def _after_load(self):
+        raise NotImplementedError
+
+
 def mark_stack(owner, state):
     """``owner``'s pickled ``state`` (its stack left out, as every ``_cache``
     attribute) with a mark that it had one: :func:`restore_stack` then
