@@ -201,6 +201,7 @@ def test_bench_large_at_tiny_sizes_reports_peak_memory(tmp_path, capsys):
     rows = data["results"]
     assert [r["case"] for r in rows] == [
         "SVC.fit rbf",
+        "SVC.fit rbf cache float32",
         "KernelRidge fit rbf d=20",
         "kNN predict brute k=5 d=20",
         "KMeans fit k=64 d=20",

@@ -2,7 +2,8 @@
 run by hand, never in the default run: the references alone take a long time).
 
 Cases: SVC fit (RBF, the ``svm`` suite's data and settings) at n = 50,000 and
-100,000; KernelRidge fit (RBF, d = 20, ``compute_dof=False``) at n = 20,000;
+100,000, with the default float64 row cache and with ``cache_dtype="float32"``
+(LIBSVM's storage: twice the rows in the same 200 MB); KernelRidge fit (RBF, d = 20, ``compute_dof=False``) at n = 20,000;
 k-NN predict (brute force, k = 5, d = 20) with 200,000 points and 20,000
 queries; KMeans fit (k = 64, d = 20, the same initial centres on both sides) at
 n = 1,000,000.
@@ -31,17 +32,18 @@ def _svc(bench):
     for n in bench.sizes([50_000, 100_000], [2000], [400]):
         X, y = _data(n)
         Xb, yb = bench.to_backend(X, y)
-        with _blas_threads():  # LIBSVM is single-threaded: so is xpml here
-            bench.compare(
-                SUITE,
-                "SVC.fit rbf",
-                n,
-                lambda: SVC(gamma=0.05, C=1.0).fit(Xb, yb),
-                lambda: SkSVC(gamma=0.05, C=1.0).fit(X, y),
-                params=params,
-                once=True,
-                note="1 BLAS thread (as LIBSVM)",
-            )
+        for dtype in ("float64", "float32"):
+            with _blas_threads():  # LIBSVM is single-threaded: so is xpml here
+                bench.compare(
+                    SUITE,
+                    "SVC.fit rbf" + ("" if dtype == "float64" else " cache float32"),
+                    n,
+                    lambda dt=dtype: SVC(gamma=0.05, C=1.0, cache_dtype=dt).fit(Xb, yb),
+                    lambda: SkSVC(gamma=0.05, C=1.0).fit(X, y),
+                    params={**params, "cache_dtype": dtype},
+                    once=True,
+                    note="1 BLAS thread (as LIBSVM)",
+                )
 
 
 def _kernel_ridge(bench):
