@@ -741,8 +741,8 @@ def test_a_stall_while_shrunk_goes_on_in_the_whole_problem(monkeypatch):
     which can hover while the dual still rises (at n = 100,000 it stayed
     near 0.1 for 50 working sets and the fit gave up). A stall there brings
     every variable back and the solve goes on: with the patience cut to 3
-    working sets, the fit still converges to the solution without shrinking
-    (it stopped at a violation of 0.97 before)."""
+    working sets (12 while shrunk), the fit still converges to the solution
+    without shrinking (it stopped at a violation of 0.97 before)."""
     from xpml.svm import _smo
 
     rng = np.random.default_rng(0)

@@ -1392,14 +1392,16 @@ def _unshrink_for_good(prob, full, rows, pr, *, xp):
     pr.kept, pr.best = pr.kept[:0], -math.inf
 
 
-def _stalled(pr, value):
+def _stalled(pr, value, patience):
     """A tolerance below the floating-point floor of the problem: true after
-    ``_STALL`` working sets that did not raise ``value`` (the dual objective)."""
+    ``patience`` working sets that did not raise ``value`` (the dual
+    objective, or minus the violation of a shrunk problem, which is noisy:
+    four times the patience there)."""
     if value > pr.best + 1e-14 * max(1.0, abs(value)):
         pr.best, pr.stalled = value, 0
     else:
         pr.stalled += 1
-    return pr.stalled >= _STALL
+    return pr.stalled >= patience
 
 
 def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
@@ -1449,7 +1451,7 @@ def smo_solve(rows, y, C, *, xp, options=None, **kwargs):
         progress = dual if prob.active is None else -pr.gap
         if pr.n_iter >= limit:
             break
-        if _stalled(pr, progress):
+        if _stalled(pr, progress, _STALL if prob.active is None else 4 * _STALL):
             if prob.active is None:
                 break
             # the violation of a shrunk problem can hover while its dual still
