@@ -6,13 +6,13 @@ pickles it with cloudpickle into a file and starts a fresh process on it. That
 process loads the file (imports and data: not timed), takes the parent's
 thread limits and, for the xpml side, the bench backend, then times one call
 (with a device synchronisation on a GPU) and writes a JSON result: the time,
-its peak resident memory (``VmHWM``; ``ru_maxrss`` off Linux), its resident memory just before the
-call, and on a GPU the device memory it used. A first call shorter than
-:data:`SECOND_CALL_UNDER_S` is followed by a second one in the same process,
-timed too (``second_s``): "later calls of the same model in the same process",
-against which issue 16 measures a first call, without the benchmark
-process's history (its allocator grown by earlier cases, other libraries'
-threads).
+its peak resident memory (``VmHWM``; ``ru_maxrss`` off Linux), its resident
+memory just before the call, and on a GPU the device memory it used. A first
+call shorter than :data:`SECOND_CALL_UNDER_S` is followed by a second one in
+the same process, timed too (``second_s``): "later calls of the same model in
+the same process", against which issue 16 measures a first call, without the
+benchmark process's history (its allocator grown by earlier cases, other
+libraries' threads).
 
 Two ways to start the process:
 

@@ -3,7 +3,8 @@ run by hand, never in the default run: the references alone take a long time).
 
 Cases: SVC fit (RBF, the ``svm`` suite's data and settings) at n = 50,000 and
 100,000, with the default float64 row cache and with ``cache_dtype="float32"``
-(LIBSVM's storage: twice the rows in the same 200 MB); KernelRidge fit (RBF, d = 20, ``compute_dof=False``) at n = 20,000;
+(LIBSVM's storage: twice the rows in the same 200 MB); KernelRidge fit (RBF,
+d = 20, ``compute_dof=False``) at n = 20,000;
 k-NN predict (brute force, k = 5, d = 20) with 200,000 points and 20,000
 queries; KMeans fit (k = 64, d = 20, the same initial centres on both sides) at
 n = 1,000,000.

@@ -245,7 +245,7 @@ class AdaBoostClassifier(Members, ClassifierMixin, StackOwner, BaseEstimator):
         """The vote stack of tree members (:class:`StackOwner`)."""
         members = getattr(self, "estimators_", [])
         if members and all(isinstance(m, _BaseDecisionTree) for m in members):
-            votes = _vote_table(np.asarray(self._betas_host(), dtype=np.float64))
+            votes = _vote_table(self._betas_host())  # float64 host betas
             restore_stack(self, members, self.n_features_in_, values=votes)
 
     # ------------------------------------------------------------ predict
