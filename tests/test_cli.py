@@ -341,16 +341,25 @@ def test_a_short_cold_call_is_followed_by_a_second_in_its_process():
         time.sleep(0.5 if not calls else 0.01)
         calls.append(1)
 
+    def ref_alike():
+        time.sleep(0.05)
+
     b = _bench(repeats=1, cold_runs=2)
     try:
-        r = b.compare("t", "c", 1, first_slow, None)
+        r = b.compare("t", "c", 1, first_slow, ref_alike)
     finally:
         b.close()
     assert r.xpml_cold_s >= 0.5 and 0.01 <= r.xpml_cold["second_s"] < 0.5
     assert r.first_over_second == pytest.approx(r.xpml_cold_s / r.xpml_cold["second_s"])
+    assert r.first_over_second > 1.5  # 0.5 s against 0.01 s, on any machine
+    # the reference's own first call over its second: both about 0.05 s
+    assert r.ref_first_over_second == pytest.approx(
+        r.ref_cold_s / r.ref_cold["second_s"]
+    )
+    assert r.ref_cold["second_s"] >= 0.05
     md = markdown_table([r], cold="fork", cold_runs=2)
-    assert "| xpml 1st / 2nd |" in md
-    assert f"| {r.first_over_second:.2f} |" in md
+    assert "| xpml 1st / 2nd | ref 1st / 2nd |" in md
+    assert f"| {r.first_over_second:.2f} | {r.ref_first_over_second:.2f} |" in md
 
 
 def test_memory_is_prefaulted_before_each_cold_call(monkeypatch):
