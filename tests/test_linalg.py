@@ -171,3 +171,55 @@ def test_scipy_blas_limited_to_one_thread_and_restored():
         with L._single_threaded_scipy_blas():
             assert set(scipy_blas_threads()) == {1}
         assert scipy_blas_threads() == before == [2]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    "shape,rank,rows",
+    [
+        ((9000, 64), 64, None),  # the default blocks: several, threaded
+        ((3001, 40), 40, 100),  # blocks of 100 rows; the stack blocked again
+        ((997, 12), 5, 30),  # rank deficient, a short last block
+        ((60, 9), 9, 40),  # one block: LAPACK's QR of the whole
+        ((7, 9), 7, 4),  # wide
+    ],
+)
+def test_tall_skinny_r_factor_is_lapacks_r_factor(shape, rank, rows, dtype):
+    """The NumPy path's R (blocks of rows factored, their R factors stacked
+    and factored again) is the R of LAPACK's Householder QR of the whole
+    matrix, rows signed to a non-negative diagonal (the R of a full-rank
+    matrix is then unique; for a rank-deficient one RᵀR = AᵀA still holds)."""
+    from xpml.linalg import _r_factor_numpy, _tsqr_rows
+
+    rng = np.random.default_rng(7)
+    n, d = shape
+    A = (rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d))).astype(dtype)
+    A[:, 0] *= 1e3  # badly scaled columns: no worse than LAPACK's
+    R = _r_factor_numpy(A, xp=np, block_rows=rows)
+    assert R.dtype == dtype and R.shape == (min(n, d), d)
+    if rows is None:
+        assert n > _tsqr_rows(d, A.dtype.itemsize)  # really blocked
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    scale = np.linalg.norm(A.astype(np.float64), 2)
+    A64 = A.astype(np.float64)
+    np.testing.assert_allclose(
+        R.T.astype(np.float64) @ R, A64.T @ A64, atol=tol * scale**2
+    )
+    assert np.all(np.diag(R) >= 0) and np.allclose(np.tril(R, -1), 0)
+    if rank == d:
+        ref = np.linalg.qr(A, mode="r")
+        ref = ref * np.where(np.diag(ref) < 0, -1, 1)[:, None]
+        np.testing.assert_allclose(R, ref, atol=tol * 10 * scale)
+
+
+def test_tall_skinny_r_factor_on_one_blas_thread_gives_the_same_r():
+    """Under ``threadpool_limits(1)`` the blocks run one after the other,
+    with the same result."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from xpml.linalg import _r_factor_numpy
+
+    A = np.random.default_rng(1).normal(size=(2000, 6))
+    R = _r_factor_numpy(A, xp=np, block_rows=64)
+    with threadpoolctl.threadpool_limits(1):
+        R1 = _r_factor_numpy(A, xp=np, block_rows=64)
+    np.testing.assert_array_equal(R, R1)

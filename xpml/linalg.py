@@ -257,34 +257,84 @@ def svd_flip(U, Vt, /, *, xp):
 
 
 @portable("r_factor")
-def r_factor(A, /, *, xp):
-    """``R`` of the reduced QR ``A = QR`` (the standard's ``qr`` also builds
-    ``Q``, which is thrown away)."""
-    return xp.linalg.qr(A)[1]
+def r_factor(A, /, *, xp, block_rows=None):
+    """``R`` of the reduced QR ``A = QR`` with a non-negative diagonal (the
+    standard's ``qr`` also builds ``Q``, which is thrown away). For a full-
+    rank ``A`` that ``R`` is unique, so every path gives the same one.
+    ``block_rows``: the NumPy path's block size (:func:`_r_factor_numpy`);
+    here ``A`` is factored at once."""
+    return _positive_diagonal(xp.linalg.qr(A)[1], xp=xp)
+
+
+def _positive_diagonal(R, /, *, xp):
+    """``R`` with each row's sign flipped where its diagonal entry is
+    negative (``diag(±1) R``: still an R factor of the same ``A``)."""
+    k = min(int(R.shape[0]), int(R.shape[1]))
+    if k == 0:
+        return R
+    dev = device(R)
+    one = xp.ones((), dtype=R.dtype, device=dev)
+    signs = xp.where(xp.linalg.diagonal(R[:k, :k]) < 0, -one, one)
+    if k < int(R.shape[0]):  # rows past the diagonal are zero: kept as they are
+        rest = xp.ones((int(R.shape[0]) - k,), dtype=R.dtype, device=dev)
+        signs = xp.concat([signs, rest])
+    return R * signs[:, None]
 
 
 def _r_factor_example():
-    return (np.random.default_rng(0).standard_normal((40, 6)),), {"xp": None}
+    A = np.random.default_rng(0).standard_normal((40, 6))
+    return (A,), {"xp": None, "block_rows": 13}  # three blocks and a short one
+
+
+#: bytes of one block of the NumPy path's tall-skinny QR (about a core's L2)
+_TSQR_BLOCK_BYTES = 1 << 20
 
 
 @fast_path("r_factor", "numpy", example=_r_factor_example)
-def _r_factor_numpy(A, /, *, xp):
-    """``R`` alone (``mode="r"``: Householder reflections, ``Q`` never formed)."""
-    return np.linalg.qr(A, mode="r")
+def _r_factor_numpy(A, /, *, xp, block_rows=None):
+    """``R`` alone (``mode="r"``: Householder reflections, ``Q`` never formed),
+    for a tall ``A`` block by block (tall-skinny QR): the R factors of
+    blocks of rows, stacked, have the R factor of ``A`` (``A = diag(Q_i)
+    [R_1; R_2; …]``), and that stack is factored the same way until it is one
+    block. LAPACK's Householder QR of the whole of a tall ``A`` reads all its
+    rows once per panel of columns (memory-bound); a block that stays in
+    cache is read from there. The blocks run one after another on one BLAS
+    thread: two threads inside each block's small products, or blocks on two
+    threads, were slower (bench/results/tsqr-2core.md)."""
+    n, d = (int(s) for s in A.shape)
+    rows = _tsqr_rows(d, A.dtype.itemsize) if block_rows is None else block_rows
+    rows = max(int(rows), 2 * d, 1)
+    if n <= rows or d == 0:
+        return _positive_diagonal(np.linalg.qr(A, mode="r"), xp=np)
+    limits = _single_threaded_blas(np) or contextlib.nullcontext()
+    with limits:
+        while n > rows:  # the stack of the blocks' R factors, until one block
+            A = np.concatenate(
+                [np.linalg.qr(A[r0 : r0 + rows], mode="r") for r0 in range(0, n, rows)]
+            )
+            n = int(A.shape[0])
+        return _positive_diagonal(np.linalg.qr(A, mode="r"), xp=np)
+
+
+def _tsqr_rows(d, itemsize):
+    """Rows of one block of :func:`_r_factor_numpy`: about
+    ``_TSQR_BLOCK_BYTES``, and at least ``8 d`` so that the stack of the
+    blocks' factors is at most an eighth of ``A``."""
+    return max(8 * d, _TSQR_BLOCK_BYTES // max(1, d * itemsize))
 
 
 @fast_path("r_factor", "cupy", example=_r_factor_example)
-def _r_factor_cupy(A, /, *, xp):
+def _r_factor_cupy(A, /, *, xp, block_rows=None):
     import cupy
 
-    return cupy.linalg.qr(A, mode="r")
+    return _positive_diagonal(cupy.linalg.qr(A, mode="r"), xp=xp)
 
 
 @fast_path("r_factor", "torch", example=_r_factor_example)
-def _r_factor_torch(A, /, *, xp):
+def _r_factor_torch(A, /, *, xp, block_rows=None):
     import torch
 
-    return torch.linalg.qr(A, mode="r")[1]
+    return _positive_diagonal(torch.linalg.qr(A, mode="r")[1], xp=xp)
 
 
 def r_factor_of(A, /, *, xp):

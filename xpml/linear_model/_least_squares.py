@@ -122,8 +122,13 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
             return self._fit_positive(X, y, sample_weight)
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
-        Xs, ys, x_off, y_off, _ = center_data(
-            X, y, sw, xp=xp, fit_intercept=self.fit_intercept
+        Xs, ys, x_off, y_off, _ = center_data(  # unit weights: not multiplied
+            X,
+            y,
+            sw,
+            xp=xp,
+            fit_intercept=self.fit_intercept,
+            scale=sample_weight is not None,
         )
         with linalg_errors(X, xp=xp, what="SVD", owner="LinearRegression"):
             coef, keep, s = pinv_solve(Xs, ys, xp=xp, rcond=self.rcond)
