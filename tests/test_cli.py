@@ -362,6 +362,32 @@ def test_a_short_cold_call_is_followed_by_a_second_in_its_process():
     assert f"| {r.first_over_second:.2f} | {r.ref_first_over_second:.2f} |" in md
 
 
+def test_the_json_says_where_each_cold_call_went():
+    """Each fresh process reports, for its first call, the CPU time beside the
+    wall time (a call that waits shows far less CPU), its page faults and the
+    modules it imported: here a sleep and an import of a module no library
+    preloads."""
+
+    def waits_and_imports():
+        import colorsys  # noqa: F401 - the import is what is measured
+        import time as _time
+
+        _time.sleep(0.3)
+
+    b = _bench(repeats=1, cold_runs=2)
+    try:
+        r = b.compare("t", "c", 1, waits_and_imports, None)
+    finally:
+        b.close()
+    calls = r.xpml_cold["first_calls"]
+    assert len(calls) == 2 and "first_call" not in r.xpml_cold
+    for c in calls:
+        assert c["wall_s"] >= 0.3 and c["cpu_s"] < 0.2  # slept, not computed
+        assert "colorsys" in c["imported"] and c["n_imported"] >= 1
+        assert c["minflt"] >= 0 and c["majflt"] >= 0
+    assert json.loads(json.dumps(r.as_dict()))["xpml_cold"]["first_calls"] == calls
+
+
 def test_memory_is_prefaulted_before_each_cold_call(monkeypatch):
     """Before each cold process the runner touches and frees the memory asked
     for (a VM with free page reporting would otherwise charge the fresh process

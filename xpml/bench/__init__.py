@@ -745,6 +745,8 @@ def _median_cold(runs):
     times = [r["s"] for r in runs if r.get("ok")]
     out["s"] = statistics.median(times)
     out["runs_s"] = [r.get("s") if r.get("ok") else None for r in runs]
+    out["first_calls"] = [r.get("first_call") for r in runs]
+    out.pop("first_call", None)
     seconds = [r["second_s"] for r in runs if r.get("second_s") is not None]
     if seconds:
         out["second_s"] = statistics.median(seconds)
