@@ -610,6 +610,17 @@ def test_kmeans_numpy_step_equals_portable_step_bit_for_bit(
         assert len(scored) == 10 and 0 < scored[-1].size < 400
 
 
+def _bounds_always_on(monkeypatch):
+    """Every step after the first with Hamerly's bounds, whatever the steps
+    take (the run's switch otherwise turns them off when they do not pay)."""
+    import xpml.cluster._kmeans as km
+
+    def timed(self, data, seconds):
+        self.fresh, self.plain_s = False, float("inf")
+
+    monkeypatch.setattr(km._BoundsSwitch, "timed", timed)
+
+
 def test_kmeans_bounds_keep_every_answer_on_ties_and_duplicates(monkeypatch):
     """Lloyd runs with Hamerly's bounds (NumPy, float64) and without them give
     the same labels, centres, inertia and iterations bit for bit, on data with
@@ -623,6 +634,7 @@ def test_kmeans_bounds_keep_every_answer_on_ties_and_duplicates(monkeypatch):
     blobs += rng.standard_normal((4000, 6))
     scored = []
     candidates = km._Bounds.candidates
+    _bounds_always_on(monkeypatch)
     for X, k in ((grid, 7), (blobs, 6), (blobs, 25)):
         kw = dict(n_clusters=k, n_init=3, random_state=0, memory_budget=2**16)
         with monkeypatch.context() as m:
@@ -690,3 +702,79 @@ def test_kmeans_moved_rows_sum_as_ufunc_at(dtype):
     np.subtract.at(expected, back, rows)
     _move_rows(sums, rows, to, back)
     np.testing.assert_array_equal(sums, expected)
+
+
+def test_kmeans_bounds_switch_follows_the_steps_times():
+    """The bounds stay on while a bounded step is no slower than the last
+    plain one; a slower one turns them off for PROBE_EVERY plain steps, then
+    they are tried again (that try, which measures every row's bounds, is not
+    compared). Without bounds (other libraries, float32) nothing changes."""
+    import xpml.cluster._kmeans as km
+
+    data = km._Data.make(np.ones((10, 2)), np.ones(10), 2, xp=np)
+    bounds = object()
+    sw = km._BoundsSwitch(bounds)
+    used = []
+
+    def step(seconds, first=False):
+        d = sw.data(data, first)
+        used.append(d.bounds is bounds)
+        sw.timed(d, seconds)
+
+    step(3.0, first=True)  # the first assignment: plain, not a baseline
+    step(1.0)  # a plain step from labels: the baseline
+    step(5.0)  # the bounds measured: not compared
+    step(0.9)  # cheaper than the plain step: kept
+    step(1.2)  # dearer: off
+    wait = sw.PROBE_EVERY
+    for _ in range(wait):
+        step(1.0)
+    step(3.0)  # tried again, measured anew: not compared
+    step(1.1)  # dearer at once: off, twice as long
+    for _ in range(2 * wait):
+        step(1.0)
+    step(3.0)
+    step(0.5)  # cheaper: kept, and the wait starts again from PROBE_EVERY
+    plain = [False] * wait
+    assert used == (
+        [False, False, True, True, True]
+        + plain
+        + [True, True]
+        + 2 * plain
+        + [True, True]
+    )
+    assert sw.off == 0 and sw.plain_s == 1.0 and sw.wait == wait
+    none = km._BoundsSwitch(None)
+    for first in (True, False):
+        d = none.data(data, first)
+        none.timed(d, 1.0)
+        assert d.bounds is None
+
+
+def test_kmeans_bounds_switched_on_and_off_keep_the_answer(monkeypatch):
+    """A run whose bounds go off and on again every two steps (each time back
+    on, every row's bounds are measured anew) gives the labels, centres,
+    inertia and iterations of a run without them, bit for bit."""
+    import xpml.cluster._kmeans as km
+
+    rng = np.random.default_rng(3)
+    X = 3.0 * rng.standard_normal((12, 4))[rng.integers(0, 12, 3000)]
+    X += rng.standard_normal((3000, 4))
+    kw = dict(n_clusters=9, n_init=2, random_state=1, memory_budget=2**16, tol=0.0)
+    steps = []
+
+    def data(self, d, first):
+        steps.append(not first and (len(steps) // 2) % 2 == 1)
+        return km.dataclasses.replace(d, bounds=self.bounds if steps[-1] else None)
+
+    with monkeypatch.context() as m:
+        m.setattr(km._BoundsSwitch, "data", data)
+        switched = KMeans(init="random", **kw).fit(X)
+    with monkeypatch.context() as m:
+        m.setattr(km, "_bounds_for", lambda *args: None)
+        full = KMeans(init="random", **kw).fit(X)
+    assert switched.n_iter_ == full.n_iter_ > 6
+    assert steps.count(True) >= 4 and steps.count(False) >= 4
+    np.testing.assert_array_equal(switched.labels_, full.labels_)
+    np.testing.assert_array_equal(switched.cluster_centers_, full.cluster_centers_)
+    assert switched.inertia_ == full.inertia_

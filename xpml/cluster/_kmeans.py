@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 
@@ -773,15 +774,75 @@ def _lloyd(data, C, max_iter, tol, /, *, xp):
         return _lloyd_run(run, C, max_iter, tol, xp=xp)
 
 
+class _BoundsSwitch:
+    """Whether a Lloyd step uses Hamerly's bounds (NumPy, float64). They leave
+    unscored the rows that cannot change cluster, but moving them costs a few
+    passes over every row each step: on data without clear clusters most rows
+    stay candidates, and at small ``k`` a step with them was up to 1.6x
+    slower than one scoring every row (bench/results/kmeans-shapes-2core.md).
+    Both give the same labels, so the choice is made by time: the second step
+    is plain (the first, from no labels, costs more than later ones), then
+    the bounds are used while a bounded step is no slower than the last plain
+    one; a slower one turns them off, and they are tried again after
+    :attr:`PROBE_EVERY` plain steps, twice as many after each try that fails
+    at once (a try measures every row's bounds anew: one step's work, not
+    compared)."""
+
+    PROBE_EVERY = 8
+
+    def __init__(self, bounds):
+        self.bounds = bounds
+        self.plain_s = None  # the last plain step's time (after the first)
+        self.off = 0  # plain steps since the bounds were turned off (0: on)
+        self.fresh = True  # the next bounded step measures every row's bounds
+        self.first = True
+        self.wait = self.PROBE_EVERY  # plain steps before the next try
+        self.tried = False  # the bounds are on for a try
+
+    def data(self, data, first):
+        """``data`` for the next step (``first``: it has no labels to start
+        from), with or without the bounds."""
+        self.first = first
+        if self.bounds is None or first or self.off or self.plain_s is None:
+            return dataclasses.replace(data, bounds=None)
+        return dataclasses.replace(data, bounds=self.bounds)
+
+    def timed(self, data, seconds):
+        """Take the time of the step just made with ``data``."""
+        if self.bounds is None or self.first:
+            return
+        if data.bounds is None:
+            self.plain_s = seconds
+            if self.off:
+                self.off += 1
+                if self.off > self.wait:
+                    self.off, self.fresh, self.tried = 0, True, True
+            return
+        if self.fresh:
+            self.fresh = False
+            return
+        if seconds > self.plain_s:
+            self.off = 1
+            self.wait = 2 * self.wait if self.tried else self.PROBE_EVERY
+        else:
+            self.wait = self.PROBE_EVERY
+        self.tried = False
+
+
 def _lloyd_run(data, C, max_iter, tol, /, *, xp):
-    """:func:`_lloyd`'s iterations (``data.shards`` set for the run)."""
+    """:func:`_lloyd`'s iterations (``data.shards`` set for the run; on NumPy
+    float64 the bounds used while they pay, :class:`_BoundsSwitch`)."""
     labels_old = sums = None
     strict = False
     n_iter = 0
+    switch = _BoundsSwitch(data.bounds)
     for n_iter in range(1, max_iter + 1):
+        step_data = switch.data(data, labels_old is None)
+        t0 = time.perf_counter()
         labels, C, shift, strict, sums = _iteration(
-            data, C, labels_old, xp=xp, sums_old=sums
+            step_data, C, labels_old, xp=xp, sums_old=sums
         )
+        switch.timed(step_data, time.perf_counter() - t0)
         if strict or shift <= tol:
             break
         labels_old = labels
