@@ -331,6 +331,15 @@ def test_cli_refuses_a_cold_runs_below_one(capsys):
     assert "--cold-runs: expected an integer >= 1" in capsys.readouterr().err
 
 
+def _cold_compared(xpml_fn, ref_fn):
+    """One case of a bench timing each side in two fresh processes."""
+    b = _bench(repeats=1, cold_runs=2)
+    try:
+        return b.compare("t", "c", 1, xpml_fn, ref_fn)
+    finally:
+        b.close()
+
+
 def test_a_short_cold_call_is_followed_by_a_second_in_its_process():
     """The fresh process times a second call after a short first one, and
     the table shows the first over the second (issue 16's comparison: later
@@ -344,11 +353,7 @@ def test_a_short_cold_call_is_followed_by_a_second_in_its_process():
     def ref_alike():
         time.sleep(0.05)
 
-    b = _bench(repeats=1, cold_runs=2)
-    try:
-        r = b.compare("t", "c", 1, first_slow, ref_alike)
-    finally:
-        b.close()
+    r = _cold_compared(first_slow, ref_alike)
     assert r.xpml_cold_s >= 0.5 and 0.01 <= r.xpml_cold["second_s"] < 0.5
     assert r.first_over_second == pytest.approx(r.xpml_cold_s / r.xpml_cold["second_s"])
     assert r.first_over_second > 1.5  # 0.5 s against 0.01 s, on any machine
@@ -374,11 +379,7 @@ def test_the_json_says_where_each_cold_call_went():
 
         _time.sleep(0.3)
 
-    b = _bench(repeats=1, cold_runs=2)
-    try:
-        r = b.compare("t", "c", 1, waits_and_imports, None)
-    finally:
-        b.close()
+    r = _cold_compared(waits_and_imports, None)
     calls = r.xpml_cold["first_calls"]
     assert len(calls) == 2 and "first_call" not in r.xpml_cold
     for c in calls:
