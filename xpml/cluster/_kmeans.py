@@ -974,7 +974,10 @@ array (n_clusters, n_features)
         distance computations). On NumPy in float64 both keep Hamerly's two
         bounds per point (O(n) bookkeeping), which skip the rows that cannot
         change cluster, with a margin for rounding, so the labels are those of
-        the full assignment; elsewhere every row is scored (on a GPU the
+        the full assignment; they are used while a step with them is no
+        slower than one without (on data without clear clusters most rows
+        stay candidates and they cost more than they save; see
+        ``_BoundsSwitch``). Elsewhere every row is scored (on a GPU the
         products cost less than the bookkeeping).
     verbose : int, default=0
         Accepted for scikit-learn compatibility; nothing is printed.
