@@ -31,14 +31,13 @@ def _variants(A):
 
     rows = L._tsqr_rows(int(A.shape[1]), A.dtype.itemsize)
 
-    def blocks_free():
-        n, B = int(A.shape[0]), A
-        while n > rows:
-            B = np.concatenate(
-                [np.linalg.qr(B[r : r + rows], mode="r") for r in range(0, n, rows)]
-            )
-            n = int(B.shape[0])
-        return np.linalg.qr(B, mode="r")
+    def blocks_free():  # xpml's path with its one-thread limit lifted
+        limit = L._single_threaded_blas
+        L._single_threaded_blas = lambda xp: None
+        try:
+            return L._r_factor_numpy(A, xp=np)
+        finally:
+            L._single_threaded_blas = limit
 
     def blocks_threaded():
         parts = L.map_row_blocks(

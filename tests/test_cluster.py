@@ -761,7 +761,8 @@ def test_kmeans_bounds_switched_on_and_off_keep_the_answer(monkeypatch):
     X = 3.0 * rng.standard_normal((12, 4))[rng.integers(0, 12, 3000)]
     X += rng.standard_normal((3000, 4))
     kw = dict(n_clusters=9, n_init=2, random_state=1, memory_budget=2**16, tol=0.0)
-    steps = []
+    steps, scored = [], []
+    candidates = km._Bounds.candidates
 
     def data(self, d, first):
         steps.append(not first and (len(steps) // 2) % 2 == 1)
@@ -769,12 +770,19 @@ def test_kmeans_bounds_switched_on_and_off_keep_the_answer(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(km._BoundsSwitch, "data", data)
+        m.setattr(
+            km._Bounds,
+            "candidates",
+            lambda self, C, B: scored.append(n := candidates(self, C, B)) or n,
+        )
         switched = KMeans(init="random", **kw).fit(X)
     with monkeypatch.context() as m:
         m.setattr(km, "_bounds_for", lambda *args: None)
         full = KMeans(init="random", **kw).fit(X)
     assert switched.n_iter_ == full.n_iter_ > 6
     assert steps.count(True) >= 4 and steps.count(False) >= 4
+    # the bounds really ran: each stretch on, after its first step, pruned rows
+    assert len(scored) >= 2 and min(c.size for c in scored) < 3000
     np.testing.assert_array_equal(switched.labels_, full.labels_)
     np.testing.assert_array_equal(switched.cluster_centers_, full.cluster_centers_)
     assert switched.inertia_ == full.inertia_
