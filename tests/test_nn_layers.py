@@ -82,7 +82,7 @@ CONV_GRID = [
 ]
 
 
-@pytest.mark.parametrize("input_grad", ["correlate", "fold"])
+@pytest.mark.parametrize("input_grad", ["correlate", "fold", "auto"])
 @pytest.mark.parametrize("k,s,p,N,H,W,ci,co", CONV_GRID)
 def test_conv2d_matches_torch(k, s, p, N, H, W, ci, co, input_grad):
     rng = np.random.default_rng(N * 1000 + H * 10 + W)
@@ -501,6 +501,55 @@ def test_errors_name_the_argument():
         Conv2D(2, 1, input_grad="fft").forward(np.ones((1, 3, 3, 1)))
     with pytest.raises(ValueError, match="init"):
         Dense(2, init="zeros").forward(np.ones((1, 3)))
+
+
+# ------------------------------------------------- input_grad="auto"
+@pytest.mark.parametrize(
+    "stride,ci,co,on_numpy",
+    [
+        ((1, 1), 16, 32, "correlate"),  # 2 C_in = C_out
+        ((1, 1), 16, 8, "correlate"),
+        ((1, 1), 8, 32, "fold"),
+        ((1, 1), 1, 16, "fold"),
+        ((2, 2), 64, 64, "fold"),  # a stride past 1: "fold" skips the zeros
+        ((1, 2), 16, 16, "fold"),
+    ],
+)
+def test_auto_input_grad_takes_the_measured_faster_method(
+    xp, monkeypatch, stride, ci, co, on_numpy
+):
+    """ "auto" is the rule of ``choose_input_grad`` (NumPy: "correlate" at
+    stride 1 when 2 C_in >= C_out; other libraries: "fold"), and the layer's
+    backward runs the method it names (seen by spying on the two methods)."""
+    from xpml.nn import conv as conv_module
+
+    want = on_numpy if xp.backend == "numpy" else "fold"
+    assert conv_module.choose_input_grad("auto", xp.xp, stride, ci, co) == want
+    for explicit in ("fold", "correlate"):  # explicit choices pass through
+        assert (
+            conv_module.choose_input_grad(explicit, xp.xp, stride, ci, co) == explicit
+        )
+
+    called = []
+    s1 = conv_module.conv_backward_s1
+
+    def spy_s1(*args, method, **kw):
+        called.append(method)
+        return s1(*args, method=method, **kw)
+
+    monkeypatch.setattr(conv_module, "conv_backward_s1", spy_s1)
+    for name in ("fold", "correlate"):
+        fn = conv_module.INPUT_GRAD[name]
+        monkeypatch.setitem(
+            conv_module.INPUT_GRAD,
+            name,
+            lambda *a, _fn=fn, _name=name, **kw: called.append(_name) or _fn(*a, **kw),
+        )
+    layer = Conv2D(co, 3, stride=stride, padding=1, random_state=0)
+    assert layer.input_grad == "auto"  # the default
+    Z = layer.forward(xp.asarray(np.ones((2, 7, 6, ci))))
+    layer.backward(xp.asarray(np.ones(tuple(Z.shape))))
+    assert called and set(called) == {want}  # portable stride 1: spied twice
 
 
 # ----------------------------------------------- the layer's reused workspace

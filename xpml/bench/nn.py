@@ -8,7 +8,8 @@ layout) with autograd for ``dX``, ``dW`` and ``db``. Each case runs twice: with
 both libraries' default thread counts, and with both limited to one thread
 (NumPy's BLAS through threadpoolctl, ``torch.set_num_threads(1)``), which is the
 steadier comparison on a shared machine. Both ways of computing ``dX``
-(``input_grad="correlate"`` and ``"fold"``) are timed. The digits case trains the
+(``input_grad="correlate"`` and ``"fold"``) are timed; the layer's default
+(``"auto"``) takes "correlate" for this case on NumPy. The digits case trains the
 demo network for 5 epochs against the same network, optimiser and batch size in
 ``torch.nn``. Inputs are made with NumPy and moved outside the timed region.
 """

@@ -11,9 +11,10 @@ contraction ``einsum('nhwijc,ijco->nhwo')``, written as the matrix product
 Backward (ALGORITHMS.md §0.3): ``dW = Aᵀ dZ`` reuses the forward's windows; the
 bias gradient sums ``dZ`` over ``n, h, w``; ``dX`` either correlates ``dZ`` --
 zero-upsampled by the stride and padded by ``k − 1 − pad`` -- with the
-180°-rotated, in/out-transposed kernel, or (the default) scatters ``W dZᵀ``
-back onto the input windows, one kernel offset at a time (:func:`fold`, into a
-channels-first buffer: ``dX`` is an NHWC view of it).
+180°-rotated, in/out-transposed kernel, or scatters ``W dZᵀ`` back onto the
+input windows, one kernel offset at a time (:func:`fold`, into a
+channels-first buffer: ``dX`` is an NHWC view of it); :class:`Conv2D` takes
+the faster of the two for its shape and library (:func:`choose_input_grad`).
 Pooling gradients are scattered back the same way: max pooling routes them to
 the arg-max (split evenly between ties), average pooling spreads
 ``1 / (k_h k_w)``.
@@ -73,6 +74,7 @@ __all__ = [
     "input_grad_stride1",
     "conv_backward_s1",
     "Workspace",
+    "choose_input_grad",
 ]
 
 
@@ -350,7 +352,8 @@ def conv2d_backward(
     """Gradients ``(dX, dW, db)`` of :func:`conv2d` given the upstream ``dZ``.
 
     ``input_grad`` picks how ``dX`` is computed (:data:`INPUT_GRAD`): "correlate"
-    (the rotated-kernel correlation) or "fold" (scattering); they agree to rounding.
+    (the rotated-kernel correlation) or "fold" (scattering); they agree to
+    rounding. "auto": as :func:`choose_input_grad` decides.
     With a :class:`Workspace` ``work`` (NumPy), ``dX``'s large intermediate is
     built in its buffer once ``dW`` is formed: if ``A`` lives there too it is
     overwritten.
@@ -359,6 +362,7 @@ def conv2d_backward(
     dZm = xp.reshape(dZ, (N * Ho * Wo, Co))
     dW = xp.reshape(A.T @ dZm, W.shape)  # the forward's windows against dZ
     db = bias_grad(dZ, xp=xp)
+    input_grad = choose_input_grad(input_grad, xp, stride, W.shape[2], W.shape[3])
     dX = INPUT_GRAD[input_grad](dZ, W, input_hw, stride, padding, xp=xp, work=work)
     return dX, dW, db
 
@@ -457,6 +461,29 @@ def _fold_windows(dZ, W, /, input_hw, stride, padding, *, xp, work=None):
 
 
 INPUT_GRAD = {"correlate": input_grad_correlate, "fold": input_grad_fold}
+INPUT_GRAD_CHOICES = ("auto", *INPUT_GRAD)
+
+
+def choose_input_grad(input_grad, xp, stride, c_in, c_out):
+    """The ``dX`` method ``input_grad="auto"`` stands for (others unchanged).
+
+    "correlate" on NumPy with stride 1 when ``2 C_in ≥ C_out``, else "fold".
+    Timed in turns on the project's 2-core CPU, 3 × 3 kernels
+    (bench/results/conv-input-grad-2core.md; fold's time over correlate's):
+    1.10–1.35 at 16 → 32, 32 → 64, 64 → 64 and 32 → 32 channels (0.98 once),
+    1.27–1.71 at 16 → 8, but 0.62–0.99 at 1 → 16, 3 → 16, 4 → 64 and 8 → 32:
+    correlate's product ``(rows, k²·C_out) × (k²·C_out, C_in)`` is skinny when
+    ``C_in`` is small, fold's has inner dimension ``C_out``. At stride 2,
+    0.39–0.57 (fold skips the zeros of the upsampled ``dZ``). With PyTorch
+    tensors fold was faster or within 4 % everywhere (0.18–1.04), so every
+    library but NumPy keeps "fold". The rule picked the faster method in 46
+    of 52 NumPy cases, and one at most 10 % slower in the others.
+    """
+    if input_grad != "auto":
+        return input_grad
+    numpy = array_api_compat.is_numpy_namespace(xp)
+    s1 = tuple(stride) == (1, 1)
+    return "correlate" if numpy and s1 and 2 * int(c_in) >= int(c_out) else "fold"
 
 
 # ------------------------------------------ NumPy: a block of images at a time
@@ -882,14 +909,15 @@ class Conv2D(Layer):
         Inferred at the first forward when None.
     init : {"he", "xavier", ...} or callable, default="he"
         Initialiser of the weights (fan-in ``k_h k_w C_in``); the bias starts at 0.
-    input_grad : {"fold", "correlate"}, default="fold"
+    input_grad : {"auto", "fold", "correlate"}, default="auto"
         How ``backward`` computes ``dX``: scattering ``W dZ`` back onto the input
-        windows (col2im; the default: with a stride past 1 it skips the zeros
-        that "correlate" multiplies), or correlating the stride-upsampled, padded
-        ``dZ`` with the rotated kernel (ALGORITHMS.md §0.3). With stride 1 on
-        NumPy "correlate" is the faster of the two (``dW`` comes from the same
-        windows). Both equal PyTorch autograd to rounding (tested over the same
-        grid).
+        windows ("fold", col2im: with a stride past 1 it skips the zeros that
+        "correlate" multiplies), or correlating the stride-upsampled, padded
+        ``dZ`` with the rotated kernel ("correlate", ALGORITHMS.md §0.3; ``dW``
+        comes from the same windows). "auto" takes "correlate" on NumPy with
+        stride 1 when ``2 C_in ≥ C_out`` and "fold" otherwise, the faster of
+        the two where measured (:func:`choose_input_grad`). Both equal PyTorch
+        autograd to rounding (tested over the same grid).
     random_state : int, Generator or None
         Seed used when the layer is built on its own (a Sequential passes its own).
 
@@ -928,7 +956,7 @@ class Conv2D(Layer):
         *,
         in_channels=None,
         init="he",
-        input_grad="fold",
+        input_grad="auto",
         random_state=None,
     ):
         super().__init__()
@@ -949,9 +977,9 @@ class Conv2D(Layer):
         )
 
     def _input_grad(self):
-        if self.input_grad not in INPUT_GRAD:
+        if self.input_grad not in INPUT_GRAD_CHOICES:
             raise ValueError(
-                f"input_grad must be one of {sorted(INPUT_GRAD)}; got "
+                f"input_grad must be one of {sorted(INPUT_GRAD_CHOICES)}; got "
                 f"{self.input_grad!r}"
             )
         return self.input_grad
@@ -1014,7 +1042,8 @@ class Conv2D(Layer):
         _, stride, padding = self._geometry()
         W = self.params["W"]
         self.grads["b"] = bias_grad(dZ, xp=xp)
-        method = self._input_grad()
+        c_in, c_out = int(X.shape[3]), int(W.shape[3])
+        method = choose_input_grad(self._input_grad(), xp, stride, c_in, c_out)
         if X.shape[0] == 0:  # an empty batch contributes nothing
             self.grads["W"] = xp.zeros_like(W)
             return xp.zeros(X.shape, dtype=dZ.dtype, device=array_device(dZ))
