@@ -926,7 +926,12 @@ def test_shrinking_in_groups_matches_no_shrinking_and_sklearn():
     ours = SVC(cache_size=1500 * 8 * 100 / 2**20, tol=1e-5).fit(X, y)
     ref = sk_svm.SVC(tol=1e-5).fit(X, y)
     np.testing.assert_array_equal(ours.support_, ref.support_)
-    np.testing.assert_allclose(ours.dual_coef_, ref.dual_coef_, atol=1e-3)
+    # the decision function, not α: at d = 2 the RBF Gram matrix is close to
+    # singular, so the dual's optimum is not unique (α moved by up to 1.1e-3
+    # from LIBSVM's between two machines' BLAS roundings, f by 5e-5)
+    np.testing.assert_allclose(
+        ours.decision_function(X), ref.decision_function(X), atol=2e-4
+    )
 
 
 def test_rows_used_once_skip_the_cache_with_the_same_solution(monkeypatch):
