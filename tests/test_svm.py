@@ -932,6 +932,13 @@ def test_shrinking_in_groups_matches_no_shrinking_and_sklearn():
     np.testing.assert_allclose(
         ours.decision_function(X), ref.decision_function(X), atol=2e-4
     )
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4)
+    # the dual objective is unique: LIBSVM's read from its dual_coef_
+    params = _kernel_params(ours)
+    ref_dual = _pair_duals(
+        ref.dual_coef_, ref.n_support_, ref.support_vectors_, "rbf", params
+    )
+    np.testing.assert_allclose(ours.dual_objective_, ref_dual, rtol=1e-9)
 
 
 def test_rows_used_once_skip_the_cache_with_the_same_solution(monkeypatch):
