@@ -389,6 +389,48 @@ def test_the_json_says_where_each_cold_call_went():
     assert json.loads(json.dumps(r.as_dict()))["xpml_cold"]["first_calls"] == calls
 
 
+def test_cold_calls_report_their_garbage_collections():
+    """A collection made inside the first call is counted by generation and
+    timed in its ``first_call`` entry; a call that makes none shows none."""
+
+    def collects():
+        import gc
+
+        gc.collect()
+
+    def allocates_nothing():
+        pass
+
+    r = _cold_compared(collects, allocates_nothing)
+    for c in r.xpml_cold["first_calls"]:
+        assert c["gc_runs"][2] >= 1 and c["gc_s"] > 0
+    for c in r.ref_cold["first_calls"]:
+        assert c["gc_runs"] == [0, 0, 0] and c["gc_s"] == 0
+
+
+def test_the_fork_server_freezes_its_objects_before_forking():
+    """The children of the fork server start with the preloaded libraries'
+    objects frozen (:func:`gc.freeze`), so a full collection in a timed call
+    does not walk them and copy their pages; a spawned interpreter has no
+    server, and nothing frozen."""
+
+    def frozen():
+        import gc
+
+        if gc.get_freeze_count() == 0:
+            raise AssertionError("nothing frozen")
+
+    for mode, ok in (("fork", True), ("spawn", False)):
+        runner = ColdRunner(mode, preload=("numpy",))
+        try:
+            out = runner.run(frozen, side="ref", timeout=120)
+        finally:
+            runner.close()
+        assert out["ok"] is ok, out
+        if not ok:
+            assert "nothing frozen" in out["error"]
+
+
 def test_memory_is_prefaulted_before_each_cold_call(monkeypatch):
     """Before each cold process the runner touches and frees the memory asked
     for (a VM with free page reporting would otherwise charge the fresh process

@@ -815,7 +815,13 @@ def markdown_table(results, cold="fork", cold_runs=1, prefault_mb=0):
     """The results as a markdown table with a short legend."""
     lines = [
         "cold: the first call in a fresh process (imports and data not timed; "
-        f"process start: {cold}), the median over {cold_runs} such processes for "
+        f"process start: {cold}"
+        + (
+            ", from a server whose heap is frozen: bench/README.md"
+            if cold == "fork"
+            else ""
+        )
+        + f"), the median over {cold_runs} such processes for "
         f"calls under {COLD_REPEAT_UNDER_S:.0f} s, the two sides alternating"
         + (
             f"; before each, {prefault_mb} MB touched and freed untimed (memory "

@@ -19,9 +19,11 @@ Two ways to start the process:
 ``"fork"`` (the default)
     Forked from a server process (started once per run, a new interpreter
     itself) that has only imported the libraries: NumPy, SciPy, scikit-learn,
-    PyTorch where a suite needs it (never touching CUDA) and xpml. Imports are not timed in either
-    mode, so the call is as cold as in a new interpreter, and starting one costs
-    a fraction of a second instead of several. The preloaded libraries count in
+    PyTorch where a suite needs it (never touching CUDA) and xpml, and has
+    put their objects out of the garbage collector's reach
+    (:func:`_freeze_heap`). Imports are not timed in either mode, so the call
+    is as cold as in a new interpreter, and starting one costs a fraction of a
+    second instead of several. The preloaded libraries count in
     both sides' resident memory.
 ``"spawn"``
     A new interpreter per call: its resident memory holds only what the case needs (``xpml bench --large``
@@ -225,14 +227,15 @@ def _child(payload_path, result_path):
         with limits, ctx:
             _settle_threads()
             before = _process_state()
-            seconds = _timed(fn, sync)
+            with _GcClock() as gc_clock:
+                seconds = _timed(fn, sync)
             out = {
                 "ok": True,
                 "s": seconds,
                 "peak_rss_mb": _peak_rss_mb(),
                 "rss_before_mb": rss_before,
                 "gpu_peak_mb": _gpu_peak_mb(),
-                "first_call": _first_call(before, seconds),
+                "first_call": {**_first_call(before, seconds), **gc_clock.seen},
             }
             if seconds < SECOND_CALL_UNDER_S:
                 out["second_s"] = _timed(fn, sync)
@@ -240,6 +243,30 @@ def _child(payload_path, result_path):
         out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     with open(result_path, "w") as fh:
         json.dump(out, fh)
+
+
+class _GcClock:
+    """The garbage collections made inside a ``with`` block: how many of each
+    generation (``gc_runs``, youngest first) and the seconds they took
+    (``gc_s``), in :attr:`seen` after the block."""
+
+    def __enter__(self):
+        import gc
+
+        self._gc, self._start = gc, None
+        self.seen = {"gc_runs": [0, 0, 0], "gc_s": 0.0}
+        gc.callbacks.append(self._tick)
+        return self
+
+    def _tick(self, phase, info):
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seen["gc_s"] += time.perf_counter() - self._start
+            self.seen["gc_runs"][info["generation"]] += 1
+
+    def __exit__(self, *exc):
+        self._gc.callbacks.remove(self._tick)
 
 
 def _process_state():
@@ -253,7 +280,8 @@ def _first_call(before, seconds):
     """Where a cold call's time went, for a reader of the JSON: the CPU time
     the process spent in it (all threads; far below the wall time: the call
     waited, e.g. for the VM's host), the page faults it took (major: read
-    from disk), and the modules it imported (the first 20 names)."""
+    from disk), and the modules it imported (the first 20 names); the
+    child adds the garbage collections made in the call (:class:`_GcClock`)."""
     modules, cpu, minflt, majflt = before
     now = _process_state()
     imported = sorted(now[0] - modules)
@@ -446,6 +474,26 @@ def _child_env():
     return env
 
 
+def _freeze_heap():
+    """Collect once, then put every object the server holds out of the
+    collector's reach (:func:`gc.freeze`, Python's advice for a process that
+    forks without exec). Otherwise a child's first full collection walks the
+    preloaded libraries' objects and writes to each one's header: a copy of
+    every page they sit on, all inside the timed call. With PyTorch preloaded
+    that was 142 ms and 15,000 page faults in the first call of the exact
+    k-d tree's predict (31 ms without), in every process of the case; whether
+    a child reached that collection depended on the server's allocation
+    count, not on the case. Frozen, both sides' calls are timed without a
+    full collection over the libraries' objects; in a new interpreter one
+    falls into a call only when the imports left the collector near its
+    threshold (and walks those objects without copying pages). The
+    collections a first call still makes are in its ``first_call``."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(preload):
     """The fork server: import ``preload``, then fork one child per request.
 
@@ -460,6 +508,7 @@ def _serve(preload):
     for name in preload:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    _freeze_heap()
     for line in sys.stdin:
         payload, result = json.loads(line)
         pid = os.fork()
