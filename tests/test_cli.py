@@ -55,7 +55,7 @@ def test_bench_quick_writes_results(tmp_path, capsys):
     assert "| gram |" in md
     assert "| cold ratio | warm ratio |" in md and "fresh process" in md
     assert data["machine"]["cpu_count"] >= 1
-    assert data["settings"]["cold"] == "fork"
+    assert data["settings"]["cold"] == "spawn"  # a new interpreter per cold call
 
 
 def test_bench_unknown_suite(capsys):
@@ -80,7 +80,9 @@ def test_bench_skips_a_suite_whose_reference_is_missing(monkeypatch, capsys, tmp
 
 
 def _bench(**kw):
-    return Bench(echo=lambda *_: None, **kw)
+    """A quiet bench; its cold calls forked (quick to start: these tests are
+    about the harness, not the fresh process), unless ``cold`` says."""
+    return Bench(echo=lambda *_: None, **{"cold": "fork", **kw})
 
 
 def test_cold_call_in_a_new_interpreter():

@@ -118,8 +118,7 @@ def _make_bench(args, modules):
         quick=args.quick,
         tiny=args.tiny,
         repeats=args.repeats,
-        # --large measures peak memory: a new interpreter per cold call
-        cold=args.cold or ("spawn" if args.large else "fork"),
+        cold=args.cold or "spawn",  # a new interpreter per cold call
         cold_runs=args.cold_runs,
         cold_prefault_mb=args.cold_prefault_mb,
         preload=preload,
@@ -235,9 +234,10 @@ def _add_bench_parser(sub):
         "--cold",
         choices=["fork", "spawn", "off"],
         default=None,
-        help="how the cold call's fresh process starts: fork (from a server "
-        "that only imported the libraries; default), spawn (a new interpreter; "
-        "default with --large) or off (warm only)",
+        help="how the cold call's fresh process starts: spawn (a new "
+        "interpreter; default), fork (from a server that only imported the "
+        "libraries: faster to start, but its children's first calls pay for "
+        "copying the server's pages, bench/README.md) or off (warm only)",
     )
     b.add_argument(
         "--cold-runs",

@@ -300,7 +300,7 @@ class Bench:
         tiny=False,
         repeats=5,
         warmup=1,
-        cold="fork",
+        cold="spawn",
         cold_runs=3,
         cold_prefault_mb=1024,
         preload=(),
@@ -811,7 +811,7 @@ def _ratio_cell(v, mark=""):
     return "-" if v is None else f"{v:.2f}{mark}"
 
 
-def markdown_table(results, cold="fork", cold_runs=1, prefault_mb=0):
+def markdown_table(results, cold="spawn", cold_runs=1, prefault_mb=0):
     """The results as a markdown table with a short legend."""
     lines = [
         "cold: the first call in a fresh process (imports and data not timed; "

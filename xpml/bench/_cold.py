@@ -16,18 +16,23 @@ libraries' threads).
 
 Two ways to start the process:
 
-``"fork"`` (the default)
+``"spawn"`` (the default)
+    A new interpreter per call, as a user's script is: it imports what the
+    case's closure needs while loading it (not timed), so its pages, its
+    BLAS threads and its garbage collector are in the state a script's are
+    after its imports; its resident memory holds only what the case needs.
+    Starting one costs about a second on the project's VM.
+``"fork"``
     Forked from a server process (started once per run, a new interpreter
     itself) that has only imported the libraries: NumPy, SciPy, scikit-learn,
     PyTorch where a suite needs it (never touching CUDA) and xpml, and has
     put their objects out of the garbage collector's reach
-    (:func:`_freeze_heap`). Imports are not timed in either mode, so the call
-    is as cold as in a new interpreter, and starting one costs a fraction of a
-    second instead of several. The preloaded libraries count in
-    both sides' resident memory.
-``"spawn"``
-    A new interpreter per call: its resident memory holds only what the case needs (``xpml bench --large``
-    uses it for the peak-memory column).
+    (:func:`_freeze_heap`). Starting one costs a fraction of a second, but the
+    child shares the server's pages until it writes to them, and its first
+    call pays for those copies: the first BLAS product of a fork child took
+    980-1,430 page faults and 21-31 ms where a spawned interpreter's took 164
+    and 21 ms (``X.T @ X``, 50,000 x 100, session 14). Quick runs and tests
+    use it; the preloaded libraries count in both sides' resident memory.
 
 Memory the machine has handed back. On a virtual machine with free page
 reporting (virtio-balloon, as on the project's Firecracker VMs) the guest gives
@@ -298,7 +303,7 @@ def _first_call(before, seconds):
 class ColdRunner:
     """Runs one call of a closure in a fresh process (see the module docstring)."""
 
-    def __init__(self, mode="fork", preload=(), prefault_mb=0):
+    def __init__(self, mode="spawn", preload=(), prefault_mb=0):
         if mode not in ("fork", "spawn"):
             raise ValueError(f"cold mode must be 'fork' or 'spawn', got {mode!r}")
         if mode == "fork" and not hasattr(os, "fork"):

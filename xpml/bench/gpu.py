@@ -428,7 +428,7 @@ def _bench_section(label, data):
         Result(**{k: v for k, v in r.items() if k in fields})
         for r in data.get("results", [])
     ]
-    lines.append(markdown_table(rows, cold=settings.get("cold", "fork")))
+    lines.append(markdown_table(rows, cold=settings.get("cold", "spawn")))
     return lines + [f"* {s}" for s in data.get("stopped", [])] + [""]
 
 
