@@ -44,21 +44,30 @@ def test_rtol_cuts_small_singular_values(rng):
     np.testing.assert_allclose(pinv(A, rtol=1e-6), np.diag([1.0, 1e3, 0.0]))
 
 
-def test_right_singular_fast_path_agrees_with_portable(xp):
+@pytest.mark.parametrize("shifted", [False, True])
+def test_right_singular_fast_path_agrees_with_portable(xp, shifted):
+    """The R-factor path gives the thin SVD's singular values and axes, of
+    ``A`` or (``shift``) of ``A`` less a row, which it never forms on NumPy;
+    ``A`` is left as it was."""
     from xpml.linalg import right_singular, svd_flip
 
     A = np.random.default_rng(3).normal(size=(200, 12)) * np.logspace(0, 3, 12)
+    A = A + 40.0 * shifted
     for B in (A, A[:20, :]):  # tall (R factor) and not tall (plain SVD)
         M = xp.asarray(B)
-        s1, V1 = right_singular(M, xp=xp.xp, fast=True)
-        s2, V2 = right_singular(M, xp=xp.xp, fast=False)
+        mu = B.mean(axis=0) if shifted else None
+        kw = {"shift": xp.asarray(mu)} if shifted else {}
+        s1, V1 = right_singular(M, xp=xp.xp, fast=True, **kw)
+        s2, V2 = right_singular(M, xp=xp.xp, fast=False, **kw)
         np.testing.assert_allclose(xp.to_numpy(s1), xp.to_numpy(s2), rtol=1e-12)
         _, V1 = svd_flip(None, V1, xp=xp.xp)
         _, V2 = svd_flip(None, V2, xp=xp.xp)
         np.testing.assert_allclose(xp.to_numpy(V1), xp.to_numpy(V2), atol=1e-10)
+        ref = B - mu if shifted else B
         np.testing.assert_allclose(
-            xp.to_numpy(s1), np.linalg.svd(B, compute_uv=False), rtol=1e-12
+            xp.to_numpy(s1), np.linalg.svd(ref, compute_uv=False), rtol=1e-12
         )
+        np.testing.assert_array_equal(xp.to_numpy(M), B)
 
 
 def test_blas_limit_reaches_numpys_blas_and_restores_it(monkeypatch):

@@ -65,9 +65,11 @@ def test_pinv_solve_reduces_tall_systems_to_the_same_answer(xp, n, monkeypatch):
     A = np.hstack([A, A[:, :1] - A[:, 3:4]])  # rank 4 of 5
     B = rng.normal(size=(n, 2))
     reduced = []
-    real = base.r_factor_of
+    real = base.shifted_r_factor_of
     monkeypatch.setattr(
-        base, "r_factor_of", lambda M, **kw: reduced.append(1) or real(M, **kw)
+        base,
+        "shifted_r_factor_of",
+        lambda *a, **kw: reduced.append(1) or real(*a, **kw),
     )
     for b in (B, B[:, 0]):
         x, keep, s = base.pinv_solve(xp.asarray(A), xp.asarray(b), xp=xp.xp)
@@ -79,6 +81,62 @@ def test_pinv_solve_reduces_tall_systems_to_the_same_answer(xp, n, monkeypatch):
         )
         assert int(np.sum(xp.to_numpy(keep))) == 4
     assert len(reduced) == (2 if n == 60 else 0)
+
+
+@pytest.mark.parametrize("n", [11, 60])  # wide enough for the plain SVD; tall
+def test_pinv_solve_centres_and_weights_as_it_reduces(xp, n):
+    """``shift`` and ``scale`` solve ``diag(s)(A − a0) x = diag(s)(b − b0)``
+    without forming it: the same solution and singular values as the
+    pseudo-inverse of the system formed, one and two right-hand sides, tall
+    (blockwise on NumPy) and not; the inputs untouched."""
+    import xpml.linear_model._base as base
+
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(n, 4)) * [1.0, 10.0, 0.1, 1.0] + 50.0  # far from 0
+    B = rng.normal(size=(n, 2)) + 7.0
+    w = np.sqrt(rng.uniform(0.2, 3.0, size=n))
+    a0, b0 = A.mean(axis=0), B.mean(axis=0)
+    for b, c in ((B, b0), (B[:, 0], b0[0])):
+        Aj, bj = xp.asarray(A), xp.asarray(b)
+        shift = (xp.asarray(a0), xp.asarray(c))
+        x, keep, s = base.pinv_solve(Aj, bj, xp=xp.xp, shift=shift, scale=xp.asarray(w))
+        As = (A - a0) * w[:, None]
+        bs = (b - c) * (w if b.ndim == 1 else w[:, None])
+        np.testing.assert_allclose(
+            xp.to_numpy(x), np.linalg.pinv(As, rcond=1e-6) @ bs, rtol=1e-9, atol=1e-11
+        )
+        np.testing.assert_allclose(
+            xp.to_numpy(s), np.linalg.svd(As, compute_uv=False), rtol=1e-11
+        )
+        assert int(np.sum(xp.to_numpy(keep))) == 4
+        np.testing.assert_array_equal(xp.to_numpy(Aj), A)  # not modified
+
+
+def test_tall_r_factor_blocks_through_numpys_lapack_match_np_linalg_qr(monkeypatch):
+    """The blocks factored in place by NumPy's own LAPACK (ctypes) give the R
+    that ``np.linalg.qr`` gives (the path used where that LAPACK is not
+    found), float64 and float32, with a short last block and a block shorter
+    than it is wide."""
+    import xpml.linalg as la
+
+    if la._numpy_geqrf("d") is None:
+        pytest.skip("NumPy's LAPACK not found by name: np.linalg.qr is used")
+    rng = np.random.default_rng(2)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 2e-5)):
+        A = rng.normal(size=(1003, 9)).astype(dtype)
+        fast = la._r_factor_numpy(A, xp=np, block_rows=100)
+        with monkeypatch.context() as m:
+            m.setattr(la, "_numpy_geqrf", lambda char: None)
+            slow = la._r_factor_numpy(A, xp=np, block_rows=100)
+        assert fast.dtype == slow.dtype == dtype
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=tol * np.abs(slow).max())
+        blocks = la._block_r_factors(
+            (23, 9), dtype, 20, la._rows_of(A[:23])
+        )  # the second block: 3 rows
+        assert [b.shape for b in blocks] == [(9, 9), (3, 9)]
+        np.testing.assert_allclose(
+            np.abs(blocks[1]), np.abs(np.linalg.qr(A[20:23], mode="r")), atol=tol * 10
+        )
 
 
 def test_linear_regression_weighted_equals_sklearn(xp):

@@ -219,7 +219,7 @@ class _Solution:
 
 def _solve_full(X, mean, k, params, /, *, xp):
     """Thin SVD of the centred data."""
-    s, Vt = right_singular(X - mean, xp=xp)
+    s, Vt = right_singular(X, xp=xp, shift=mean)  # never forms X − x̄ on NumPy
     return _Solution(s * s / (X.shape[0] - 1), s, Vt)
 
 

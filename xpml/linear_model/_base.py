@@ -13,7 +13,7 @@ import numpy as np
 
 from xpml._typing import Array, ArrayLike
 from xpml.exceptions import LinAlgError
-from xpml.linalg import r_factor_of
+from xpml.linalg import shifted_r_factor_of
 from xpml.utils._array_api import device as _device
 from xpml.utils._array_api import (
     dispatch,
@@ -43,6 +43,7 @@ __all__ = [
     "solve_spd",
     "LinearClassifierMixin",
     "center_data",
+    "data_offsets",
     "pinv_solve",
     "default_rcond",
     "RankDeficiencyWarning",
@@ -178,28 +179,31 @@ def center_data(X, y, sample_weight, /, *, xp, fit_intercept, scale=True):
     slope and ``b = ȳ − x̄·w``. With ``scale=False`` the rows are centred but
     not multiplied by ``√w`` (the caller knows the weights are all one).
     """
-    w = sample_weight
-    if fit_intercept:
-        wsum = xp.sum(w)
-        X_offset = (
-            xp.sum(w[:, None] * X, axis=0) if scale else xp.sum(X, axis=0)
-        ) / wsum
-        if len(y.shape) == 1:
-            y_offset = (xp.sum(w * y) if scale else xp.sum(y)) / wsum
-        else:
-            y_offset = (
-                xp.sum(w[:, None] * y, axis=0) if scale else xp.sum(y, axis=0)
-            ) / wsum
-    else:
-        X_offset = xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X))
-        y_offset = xp.zeros(y.shape[1:], dtype=y.dtype, device=_device(y))
-    sw = xp.sqrt(w)
+    X_offset, y_offset = data_offsets(
+        X, y, sample_weight, xp=xp, fit_intercept=fit_intercept, scale=scale
+    )
+    sw = xp.sqrt(sample_weight)
     Xs = X - X_offset if fit_intercept else X
     ys = y - y_offset if fit_intercept else y
     if scale:
         Xs = Xs * sw[:, None]
         ys = ys * (sw if len(y.shape) == 1 else sw[:, None])
     return Xs, ys, X_offset, y_offset, sw
+
+
+def data_offsets(X, y, sample_weight, /, *, xp, fit_intercept, scale=True):
+    """``(x̄, ȳ)`` of :func:`center_data`: the weighted means (plain means
+    with ``scale=False``), zero without an intercept; the data untouched."""
+    w = sample_weight
+    if not fit_intercept:
+        X_offset = xp.zeros((X.shape[1],), dtype=X.dtype, device=_device(X))
+        return X_offset, xp.zeros(y.shape[1:], dtype=y.dtype, device=_device(y))
+    wsum = xp.sum(w)
+    X_offset = (xp.sum(w[:, None] * X, axis=0) if scale else xp.sum(X, axis=0)) / wsum
+    if len(y.shape) == 1:
+        return X_offset, (xp.sum(w * y) if scale else xp.sum(y)) / wsum
+    y_sum = xp.sum(w[:, None] * y, axis=0) if scale else xp.sum(y, axis=0)
+    return X_offset, y_sum / wsum
 
 
 class RankDeficiencyWarning(UserWarning):
@@ -219,13 +223,17 @@ def default_rcond(dtype, /, *, xp):
     return max(1e-6, 100.0 * eps(dtype, xp))
 
 
-def pinv_solve(A, b, /, *, xp, rcond=None):
+def pinv_solve(A, b, /, *, xp, rcond=None, shift=None, scale=None):
     """Minimum-norm least-squares solution ``A⁺ b`` through the thin SVD.
 
     Singular values at or below ``rcond · s_max`` (default :func:`default_rcond`)
     are treated as zero, so rank-deficient (or nearly collinear) ``A`` gives the
     minimum-norm solution instead of huge cancelling coefficients.
     Returns ``(x, keep, singular_values)``.
+
+    ``shift = (a0, b0)`` and ``scale`` (n,) solve the centred, weighted system
+    instead: ``diag(scale)(A − a0)`` against ``diag(scale)(b − b0)``, which a
+    tall ``A`` never forms (:func:`xpml.linalg.shifted_r_factor`).
 
     A tall ``A`` (``n ≥ 2(d + k)`` for ``k`` right-hand sides) is first reduced
     to ``d`` rows: the R factor of ``[A | b] = Q R`` holds ``R_A`` (d × d) and
@@ -234,7 +242,7 @@ def pinv_solve(A, b, /, *, xp, rcond=None):
     least-squares drivers do, and it never forms ``U`` (n × d) nor, where the
     library's QR can skip it, ``Q`` (:func:`xpml.linalg.r_factor`).
     """
-    A, b = _reduce_tall(A, b, xp=xp)
+    A, b = _reduce_tall(A, b, xp=xp, shift=shift, scale=scale)
     U, s, Vt = xp.linalg.svd(A, full_matrices=False)
     if rcond is None:
         rcond = default_rcond(A.dtype, xp=xp)
@@ -246,14 +254,26 @@ def pinv_solve(A, b, /, *, xp, rcond=None):
     return coef, keep, s
 
 
-def _reduce_tall(A, b, /, *, xp):
-    """``(R_A, Qᵀ b)`` from the R factor of ``[A | b]`` when ``A`` is tall
-    enough for it to pay (see :func:`pinv_solve`), else ``(A, b)``."""
+def _reduce_tall(A, b, /, *, xp, shift=None, scale=None):
+    """``(R_A, Qᵀ b)`` from the R factor of ``[A | b]``, shifted and scaled
+    as :func:`pinv_solve` says, when ``A`` is tall enough for it to pay, else
+    ``(A, b)`` shifted and scaled."""
     n, d = A.shape
-    B = b[:, None] if len(b.shape) == 1 else b
+    B = xp.astype(b[:, None] if len(b.shape) == 1 else b, A.dtype)
     if d == 0 or n < 2 * (d + B.shape[1]):
+        if shift is not None:
+            A, b = A - shift[0], b - shift[1]
+        if scale is not None:
+            A, b = (
+                A * scale[:, None],
+                b * (scale if len(b.shape) == 1 else scale[:, None]),
+            )
         return A, b
-    R = r_factor_of(xp.concat([A, xp.astype(B, A.dtype)], axis=1), xp=xp)
+    if shift is None:
+        shifts = (xp.zeros_like(A[0, :]), xp.zeros_like(B[0, :]))
+    else:
+        shifts = (shift[0], xp.reshape(xp.astype(shift[1], A.dtype), (-1,)))
+    R = shifted_r_factor_of((A, B), shifts, xp=xp, scale=scale)
     Qtb = R[:d, d:]
     return R[:d, :d], (Qtb[:, 0] if len(b.shape) == 1 else Qtb)
 

@@ -10,8 +10,8 @@ from xpml.base import BaseEstimator, RegressorMixin
 from xpml.linear_model._base import (
     RankDeficiencyWarning,
     SklearnInputMixin,
-    center_data,
     check_finite_result,
+    data_offsets,
     default_rcond,
     linalg_errors,
     pinv_solve,
@@ -122,16 +122,19 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
             return self._fit_positive(X, y, sample_weight)
         ctx, X, y, sw = self._validate_fit_data(X, y, sample_weight, target="multi")
         xp = ctx.xp
-        Xs, ys, x_off, y_off, _ = center_data(  # unit weights: not multiplied
-            X,
-            y,
-            sw,
-            xp=xp,
-            fit_intercept=self.fit_intercept,
-            scale=sample_weight is not None,
+        weighted = sample_weight is not None  # unit weights: not multiplied
+        x_off, y_off = data_offsets(
+            X, y, sw, xp=xp, fit_intercept=self.fit_intercept, scale=weighted
         )
         with linalg_errors(X, xp=xp, what="SVD", owner="LinearRegression"):
-            coef, keep, s = pinv_solve(Xs, ys, xp=xp, rcond=self.rcond)
+            coef, keep, s = pinv_solve(  # centred (and weighted) as it goes
+                X,
+                y,
+                xp=xp,
+                rcond=self.rcond,
+                shift=(x_off, y_off) if self.fit_intercept else None,
+                scale=xp.sqrt(sw) if weighted else None,
+            )
         check_finite_result(
             coef, X, xp=xp, what="coefficients", owner="LinearRegression"
         )
@@ -139,11 +142,11 @@ class LinearRegression(SklearnInputMixin, RegressorMixin, BaseEstimator):
         self.intercept_ = y_off - x_off @ coef
         self.rank_ = int(xp.sum(xp.astype(keep, xp.int64)))
         self.singular_ = s
-        if self.rank_ < min(Xs.shape):
+        if self.rank_ < min(X.shape):
             rcond = default_rcond(X.dtype, xp=xp) if self.rcond is None else self.rcond
             warnings.warn(
                 f"X is rank deficient: numerical rank {self.rank_} < "
-                f"min(n_samples, n_features)={min(Xs.shape)} (singular values at or "
+                f"min(n_samples, n_features)={min(X.shape)} (singular values at or "
                 f"below rcond={rcond:.3g} times the largest were dropped; collinear "
                 f"or constant features); the minimum-norm solution is returned",
                 RankDeficiencyWarning,
