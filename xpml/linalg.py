@@ -350,7 +350,7 @@ def _rows_of(A):
 def _numpy_geqrf(char):
     """``geqrf(block) -> R``: LAPACK's ``dgeqrf`` / ``sgeqrf`` (``char`` "d" /
     "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
-    Fortran-ordered ``block`` (no copy, workspace made once); None where
+    Fortran-ordered ``block`` (no copy of it); None where
     that library or symbol is not found (other builds: ``np.linalg.qr``)."""
     try:
         import ctypes
@@ -381,12 +381,8 @@ class _Geqrf:
     def __init__(self, fn, int_t, dtype):
         import ctypes
 
-        self._fn, self._int, self._ct, self._dtype = (
-            fn,
-            getattr(ctypes, int_t),
-            ctypes,
-            dtype,
-        )
+        self._fn, self._dtype = fn, dtype
+        self._int, self._ct = getattr(ctypes, int_t), ctypes
 
     def __call__(self, block):
         m, d = (int(v) for v in block.shape)
@@ -430,12 +426,14 @@ def _tsqr_rows(d, itemsize):
 def shifted_r_factor(parts, shifts, /, *, xp, scale=None, block_rows=None):
     """``R`` (non-negative diagonal) of ``A = diag(scale) [P₁ − s₁ | P₂ − s₂ |
     …]``: the parts ``Pᵢ`` (n × dᵢ, one dtype) side by side, each column less
-    its entry of ``sᵢ`` (dᵢ,), each row times its entry of ``scale`` (n,;
-    None: 1). A least-squares fit's centred, weighted ``[X | y]`` (see
+    its entry of ``sᵢ`` (dᵢ,; ``shifts=None``: no shift), each row times its
+    entry of ``scale`` (n,; None: 1). A least-squares fit's centred, weighted ``[X | y]`` (see
     :func:`xpml.linear_model._base.pinv_solve`). Here ``A`` is formed and
     factored by :func:`r_factor_of`; ``block_rows``: the NumPy path's block
     size (:func:`_shifted_r_factor_numpy`)."""
-    A = xp.concat([p - s[None, :] for p, s in zip(parts, shifts)], axis=1)
+    if shifts is not None:
+        parts = [p - s[None, :] for p, s in zip(parts, shifts)]
+    A = xp.concat(list(parts), axis=1)
     if scale is not None:
         A = A * scale[:, None]
     return r_factor_of(A, xp=xp)
@@ -467,8 +465,11 @@ def _shifted_r_factor_numpy(parts, shifts, /, *, xp, scale=None, block_rows=None
 
     def fill(r0, block):
         r1 = r0 + block.shape[0]
-        for part, shift, c0, c1 in zip(parts, shifts, edges[:-1], edges[1:]):
-            np.subtract(part[r0:r1], shift, out=block[:, c0:c1])
+        for i, (part, c0, c1) in enumerate(zip(parts, edges[:-1], edges[1:])):
+            if shifts is None:
+                np.copyto(block[:, c0:c1], part[r0:r1])
+            else:
+                np.subtract(part[r0:r1], shifts[i], out=block[:, c0:c1])
         if scale is not None:
             block *= scale[r0:r1, None]
 

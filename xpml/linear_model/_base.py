@@ -269,9 +269,8 @@ def _reduce_tall(A, b, /, *, xp, shift=None, scale=None):
                 b * (scale if len(b.shape) == 1 else scale[:, None]),
             )
         return A, b
-    if shift is None:
-        shifts = (xp.zeros_like(A[0, :]), xp.zeros_like(B[0, :]))
-    else:
+    shifts = None
+    if shift is not None:
         shifts = (shift[0], xp.reshape(xp.astype(shift[1], A.dtype), (-1,)))
     R = shifted_r_factor_of((A, B), shifts, xp=xp, scale=scale)
     Qtb = R[:d, d:]
