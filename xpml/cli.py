@@ -121,6 +121,7 @@ def _make_bench(args, modules):
         cold=args.cold or "spawn",  # a new interpreter per cold call
         cold_runs=args.cold_runs,
         cold_prefault_mb=args.cold_prefault_mb,
+        keep_freed_mb=args.keep_freed_memory,
         preload=preload,
         budget_s=args.budget,
         case_timeout_s=args.case_timeout,
@@ -214,6 +215,18 @@ def _positive_int(text):
     return value
 
 
+def _megabytes(text):
+    """``--keep-freed-memory``'s value, checked as the function checks it."""
+    from xpml.utils.memory import _check_mb
+
+    try:
+        value = float(text)
+        _check_mb(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (got {text!r})") from None
+    return value
+
+
 def _add_bench_parser(sub):
     b = sub.add_parser("bench", help="benchmarks against scikit-learn / PyTorch")
     b.add_argument("suites", nargs="*", help="suites to run (default: all)")
@@ -230,6 +243,25 @@ def _add_bench_parser(sub):
         "1M) with peak memory; long, run by hand",
     )
     b.add_argument("--repeats", type=int, default=5, help="warm calls timed")
+    _add_cold_options(b)
+    for flag, text in (
+        ("--budget", "wall time for the run: no case is started past it"),
+        ("--case-timeout", "stop a cold call after this long (shown as a bound)"),
+        ("--ref-once-over", "time a reference once (cold) when it takes longer"),
+    ):
+        b.add_argument(flag, type=float, default=None, metavar="SECONDS", help=text)
+    b.add_argument(
+        "--reference-from",
+        default=None,
+        metavar="JSON",
+        help="reuse the reference times of an earlier run's JSON",
+    )
+    b.add_argument("--out", default="bench/results")
+    b.add_argument("--tag", default=None, help="results file name tag")
+
+
+def _add_cold_options(b):
+    """The options of the cold call's fresh process (and the allocator's)."""
     b.add_argument(
         "--cold",
         choices=["fork", "spawn", "off"],
@@ -256,20 +288,15 @@ def _add_bench_parser(sub):
         "a VM handed back to its host is not charged to the fresh process "
         "(bench/README.md); 0: measure the machine as it is",
     )
-    for flag, text in (
-        ("--budget", "wall time for the run: no case is started past it"),
-        ("--case-timeout", "stop a cold call after this long (shown as a bound)"),
-        ("--ref-once-over", "time a reference once (cold) when it takes longer"),
-    ):
-        b.add_argument(flag, type=float, default=None, metavar="SECONDS", help=text)
     b.add_argument(
-        "--reference-from",
+        "--keep-freed-memory",
+        type=_megabytes,
         default=None,
-        metavar="JSON",
-        help="reuse the reference times of an earlier run's JSON",
+        metavar="MB",
+        help="let every process (warm and cold) keep up to MB of freed memory "
+        "for reuse (glibc's malloc thresholds; xpml.utils.memory): later calls "
+        "then run without faulting in fresh pages; default: glibc as it is",
     )
-    b.add_argument("--out", default="bench/results")
-    b.add_argument("--tag", default=None, help="results file name tag")
 
 
 def main(argv=None):

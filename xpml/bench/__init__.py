@@ -278,6 +278,11 @@ class Bench:
         MB touched and freed (untimed) before each cold call, so that a VM
         that hands free memory back to its host does not charge the fresh
         process for faulting it in again (:mod:`xpml.bench._cold`); 0: off.
+    keep_freed_mb : float or None
+        When set, :func:`xpml.utils.memory.keep_freed_memory` is called with
+        it in this process (at construction: the warm calls) and in every
+        cold call's process before its call; None leaves glibc's allocator
+        as a user's process has it.
     budget_s : float or None
         Wall time for the whole run: a case is not started once it is spent
         (:class:`BudgetSpent`), and no cold call or warm loop runs past it.
@@ -303,6 +308,7 @@ class Bench:
         cold="spawn",
         cold_runs=3,
         cold_prefault_mb=1024,
+        keep_freed_mb=None,
         preload=(),
         budget_s=None,
         case_timeout_s=None,
@@ -326,6 +332,11 @@ class Bench:
         self.cold, self.preload = cold, tuple(preload)
         self.cold_runs = cold_runs
         self.cold_prefault_mb = max(int(cold_prefault_mb), 0)
+        self.keep_freed_mb = keep_freed_mb
+        if keep_freed_mb:
+            from xpml.utils.memory import keep_freed_memory
+
+            keep_freed_memory(keep_freed_mb)
         self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
         self.ref_once_over_s = ref_once_over_s
         self.reference = reference or {}
@@ -342,7 +353,10 @@ class Bench:
         while the first case builds its data)."""
         if self.cold != "off" and self._runner is None:
             self._runner = ColdRunner(
-                self.cold, preload=self.preload, prefault_mb=self.cold_prefault_mb
+                self.cold,
+                preload=self.preload,
+                prefault_mb=self.cold_prefault_mb,
+                keep_freed_mb=self.keep_freed_mb,
             )
             self._runner.start()
 
@@ -615,6 +629,7 @@ class Bench:
             "cold": self.cold,
             "cold_runs": self.cold_runs,
             "cold_prefault_mb": self.cold_prefault_mb,
+            "keep_freed_mb": self.keep_freed_mb,
             "budget_s": self.budget_s,
             "case_timeout_s": self.case_timeout_s,
             "ref_once_over_s": self.ref_once_over_s,
@@ -651,6 +666,7 @@ class Bench:
                     cold=self.cold,
                     cold_runs=self.cold_runs,
                     prefault_mb=self.cold_prefault_mb,
+                    keep_freed_mb=self.keep_freed_mb,
                 )
             )
             for line in self.stopped:
@@ -811,7 +827,9 @@ def _ratio_cell(v, mark=""):
     return "-" if v is None else f"{v:.2f}{mark}"
 
 
-def markdown_table(results, cold="spawn", cold_runs=1, prefault_mb=0):
+def markdown_table(
+    results, cold="spawn", cold_runs=1, prefault_mb=0, keep_freed_mb=None
+):
     """The results as a markdown table with a short legend."""
     lines = [
         "cold: the first call in a fresh process (imports and data not timed; "
@@ -827,6 +845,12 @@ def markdown_table(results, cold="spawn", cold_runs=1, prefault_mb=0):
             f"; before each, {prefault_mb} MB touched and freed untimed (memory "
             "this VM would otherwise have handed back to its host: bench/README.md)"
             if prefault_mb
+            else ""
+        )
+        + (
+            f"; every process (cold and warm) keeps up to {keep_freed_mb} MB of "
+            "freed memory (xpml.utils.memory.keep_freed_memory)"
+            if keep_freed_mb
             else ""
         )
         + ". "

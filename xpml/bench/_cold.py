@@ -34,6 +34,12 @@ Two ways to start the process:
     and 21 ms (``X.T @ X``, 50,000 x 100, session 14). Quick runs and tests
     use it; the preloaded libraries count in both sides' resident memory.
 
+The allocator. With ``keep_freed_mb`` the child calls
+:func:`xpml.utils.memory.keep_freed_memory` before the call (untimed), as a
+script that wants its later fits at warm speed would at its top: glibc then
+keeps freed memory for reuse instead of returning it after every call. The
+default leaves glibc as a user's process has it.
+
 Memory the machine has handed back. On a virtual machine with free page
 reporting (virtio-balloon, as on the project's Firecracker VMs) the guest gives
 memory that stayed free for about two seconds back to its host, and the next
@@ -209,6 +215,10 @@ def _child(payload_path, result_path):
     try:
         with open(payload_path, "rb") as fh:
             payload = pickle.load(fh)
+        if payload.get("keep_freed_mb"):
+            from xpml.utils.memory import keep_freed_memory
+
+            keep_freed_memory(payload["keep_freed_mb"])
         pools, torch_threads = payload["threads"]
         limits = contextlib.nullcontext()
         if pools:
@@ -303,13 +313,14 @@ def _first_call(before, seconds):
 class ColdRunner:
     """Runs one call of a closure in a fresh process (see the module docstring)."""
 
-    def __init__(self, mode="spawn", preload=(), prefault_mb=0):
+    def __init__(self, mode="spawn", preload=(), prefault_mb=0, keep_freed_mb=None):
         if mode not in ("fork", "spawn"):
             raise ValueError(f"cold mode must be 'fork' or 'spawn', got {mode!r}")
         if mode == "fork" and not hasattr(os, "fork"):
             mode = "spawn"  # Windows
         self.mode = mode
         self.prefault_mb = prefault_mb
+        self.keep_freed_mb = keep_freed_mb  # the child's allocator setting
         self._last_added_mb = 0.0  # what the last cold call added to its memory
         self.preload = list(PRELOAD) + [m for m in preload if m not in PRELOAD]
         self._dir = tempfile.mkdtemp(prefix="xpml-bench-cold-")
@@ -360,6 +371,7 @@ class ColdRunner:
                 "backend": backend,
                 "device": None if device is None else str(device),
                 "threads": _thread_state(),
+                "keep_freed_mb": self.keep_freed_mb,
             }
             with open(payload, "wb") as fh:
                 _cloudpickle().dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
