@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from array_api_compat import array_namespace
 
 import xpml
 import xpml.nn.optim
@@ -354,3 +355,87 @@ def test_optimiser_state_is_explicit_data(name, xp):
     step1 = to_numpy(params[0]["W"]) - to_numpy(p1[0]["W"])
     step2 = to_numpy(p1[0]["W"]) - to_numpy(p2[0]["W"])
     assert np.allclose(step1, step2) is (name != "momentum")
+
+
+def _nets():
+    return {
+        "conv first (stride 1)": (
+            lambda: [
+                Conv2D(4, 3, padding=1),
+                ReLU(),
+                MaxPool2D(2),
+                Flatten(),
+                Dense(3),
+            ],
+            (5, 6, 6, 2),
+        ),
+        "conv first (stride 2)": (
+            lambda: [Conv2D(4, 3, stride=2, padding=1), ReLU(), Flatten(), Dense(3)],
+            (5, 7, 7, 2),
+        ),
+        "flatten, then dense": (
+            lambda: [Flatten(), Dense(6), ReLU(), BatchNorm1D(), Dense(3)],
+            (5, 2, 3),
+        ),
+        "no parameters": (lambda: [Flatten(), ReLU()], (5, 2, 3)),
+    }
+
+
+@pytest.mark.parametrize("net_name", list(_nets()))
+def test_training_backward_skips_only_the_unneeded_input_gradient(net_name, xp):
+    """Training's backward (no input gradient below the first layer with
+    parameters) fills every layer's grads as the full backward does, to
+    rounding: the first layer's dW by itself rather than beside its dX."""
+    make, shape = _nets()[net_name]
+    rng = np.random.default_rng(0)
+    X = xp.asarray(rng.standard_normal(shape))
+    dZ = None
+    grads = []
+    for training_pass in (False, True):
+        net = Sequential(make(), random_state=0)
+        net.build(shape[1:], xp=array_namespace(X), dtype=X.dtype)  # same weights
+        Z = net.forward(X)
+        if dZ is None:
+            dZ = xp.asarray(rng.standard_normal(tuple(Z.shape)))
+        if training_pass:
+            net._backward_params(dZ)
+        else:
+            net.backward(dZ)
+        grads.append(
+            [{k: to_numpy(v) for k, v in lay.grads.items()} for lay in net.layers]
+        )
+    full, training = grads
+    assert [g.keys() for g in full] == [g.keys() for g in training]
+    for a, b in zip(full, training, strict=True):
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-10, atol=1e-12)
+    if net_name != "no parameters":
+        assert any(np.any(g[k] != 0) for g in training for k in g)
+
+
+def test_the_first_conv_layer_computes_no_input_gradient(monkeypatch):
+    """In fit, the first Conv2D's backward pass is its weight gradient alone."""
+    from xpml.nn import conv as conv_module
+
+    calls = {"dX": 0}
+    real = conv_module.conv_backward_s1
+
+    def counting(*args, **kw):
+        calls["dX"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(conv_module, "conv_backward_s1", counting)
+    net = xpml.nn.Sequential(
+        [
+            xpml.nn.Conv2D(3, 3, padding=1),
+            xpml.nn.ReLU(),
+            xpml.nn.Conv2D(2, 3, padding=1),
+            xpml.nn.Flatten(),
+            xpml.nn.Dense(2),
+        ],
+        random_state=0,
+    )
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((8, 5, 5, 1)), rng.integers(0, 2, 8)
+    net.fit(X, y, epochs=1, batch_size=4, shuffle=False)
+    assert calls["dX"] == 2  # the second conv only, one call a batch

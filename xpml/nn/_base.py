@@ -6,6 +6,8 @@ A layer is a :class:`~xpml.base.Persistable` (so it saves, loads and clones) wit
   ``"b"``, ``"gamma"``, ``"beta"``); empty for layers without parameters;
 * ``forward(X)``: the output, remembering what ``backward`` needs;
 * ``backward(dY) -> dX``: the chain rule, filling ``grads``;
+* ``backward_params(dY)``: ``grads`` alone, without ``dX`` (for the first
+  layer with parameters in training);
 * ``training``: True in training mode, False in evaluation mode.
 
 Parameters are created at the first ``forward`` (or by ``build``) in the
@@ -114,6 +116,14 @@ class Layer(Persistable):
 
     def backward(self, dY):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def backward_params(self, dY):
+        """Fill ``grads`` from ``dY`` where the input gradient is not wanted
+        (training's first layer with parameters: nothing below it learns, as
+        PyTorch skips the gradient of an input that does not require one).
+        Layers whose ``dX`` costs work override it; this default calls
+        :meth:`backward` and drops its result."""
+        self.backward(dY)
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_cache")}

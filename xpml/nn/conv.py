@@ -1041,21 +1041,31 @@ class Conv2D(Layer):
         X = self._cache
         _, stride, padding = self._geometry()
         W = self.params["W"]
-        self.grads["b"] = bias_grad(dZ, xp=xp)
         c_in, c_out = int(X.shape[3]), int(W.shape[3])
         method = choose_input_grad(self._input_grad(), xp, stride, c_in, c_out)
-        if X.shape[0] == 0:  # an empty batch contributes nothing
+        if X.shape[0] == 0 or tuple(stride) != (1, 1):
+            self.backward_params(dZ)
+            if X.shape[0] == 0:  # an empty batch contributes nothing
+                return xp.zeros(X.shape, dtype=dZ.dtype, device=array_device(dZ))
+            grad, work = INPUT_GRAD[method], self._workspace(X)
+            return grad(dZ, W, tuple(X.shape[1:3]), stride, padding, xp=xp, work=work)
+        self.grads["b"] = bias_grad(dZ, xp=xp)
+        # stride 1: dW and dX in one pass (see conv_backward_s1)
+        dX, self.grads["W"] = conv_backward_s1(X, dZ, W, padding, xp=xp, method=method)
+        return dX
+
+    def backward_params(self, dZ):
+        """``grads`` alone: ``dW`` from the input's windows (:func:`conv_weight_grad`)
+        and the bias gradient, no ``dX``."""
+        xp = array_api_compat.array_namespace(dZ)
+        X, W = self._cache, self.params["W"]
+        _, stride, padding = self._geometry()
+        self.grads["b"] = bias_grad(dZ, xp=xp)
+        if X.shape[0] == 0:
             self.grads["W"] = xp.zeros_like(W)
-            return xp.zeros(X.shape, dtype=dZ.dtype, device=array_device(dZ))
-        if tuple(stride) == (1, 1):
-            dX, self.grads["W"] = conv_backward_s1(
-                X, dZ, W, padding, xp=xp, method=method
-            )
-            return dX
+            return
         where = {"stride": stride, "padding": padding, "xp": xp}
         self.grads["W"] = conv_weight_grad(X, dZ, W.shape[:2], **where)
-        grad, work = INPUT_GRAD[method], self._workspace(X)
-        return grad(dZ, W, tuple(X.shape[1:3]), stride, padding, xp=xp, work=work)
 
 
 class _Pool2D(Layer):

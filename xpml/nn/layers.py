@@ -9,6 +9,7 @@ from __future__ import annotations
 import array_api_compat
 
 from xpml.nn._base import Layer
+from xpml.utils._array_api import device as array_device
 from xpml.nn.init import get_initialiser
 from xpml.utils._math import sigmoid, softmax
 
@@ -94,11 +95,14 @@ class Dense(Layer):
         return X @ self.params["W"] + self.params["b"]
 
     def backward(self, dY):
+        self.backward_params(dY)
+        return dY @ self.params["W"].T
+
+    def backward_params(self, dY):
         xp = array_api_compat.array_namespace(dY)
         X = self._cache_X
         self.grads["W"] = X.T @ dY
         self.grads["b"] = xp.sum(dY, axis=0)
-        return dY @ self.params["W"].T
 
 
 class BatchNorm1D(Layer):
@@ -234,6 +238,12 @@ class Flatten(Layer):
         return xp.reshape(dY, self._cache_shape)
 
 
+def _zero(X, xp):
+    """A 0-d zero of ``X``'s dtype and device, broadcast by ``where`` (no
+    array of ``X``'s size made and filled for it)."""
+    return xp.zeros((), dtype=X.dtype, device=array_device(X))
+
+
 class ReLU(Layer):
     """``max(x, 0)``; the gradient at 0 is taken as 0 (as in PyTorch).
 
@@ -247,11 +257,11 @@ class ReLU(Layer):
     def forward(self, X):
         xp = array_api_compat.array_namespace(X)
         self._cache_mask = X > 0
-        return xp.where(self._cache_mask, X, xp.zeros_like(X))
+        return xp.where(self._cache_mask, X, _zero(X, xp))
 
     def backward(self, dY):
         xp = array_api_compat.array_namespace(dY)
-        return xp.where(self._cache_mask, dY, xp.zeros_like(dY))
+        return xp.where(self._cache_mask, dY, _zero(dY, xp))
 
 
 class Sigmoid(Layer):

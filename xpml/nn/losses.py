@@ -84,7 +84,7 @@ class LogisticLoss(_Loss):
         xp = array_api_compat.array_namespace(Z)
         y = xp.reshape(xp.astype(y, Z.dtype), Z.shape)
         self._cache = (sigmoid(Z, xp=xp), y)
-        zero = xp.zeros_like(Z)
+        zero = xp.zeros((), dtype=Z.dtype, device=array_device(Z))  # broadcast
         return xp.mean(xp.logaddexp(zero, Z) - y * Z)
 
     def backward(self):

@@ -192,6 +192,21 @@ class Sequential(Persistable):
             dY = layer.backward(dY)
         return dY
 
+    def _backward_params(self, dY):
+        """:meth:`backward` as training needs it: every layer's ``grads``, and
+        no input gradient below the first layer with parameters (that layer
+        takes :meth:`~xpml.nn.Layer.backward_params`; the layers under it have
+        nothing to learn). For a Conv2D first, this skips the ``dX`` pass over
+        the input's windows, as PyTorch does for an input without
+        ``requires_grad``."""
+        layers = self._layers()
+        first = next((i for i, lay in enumerate(layers) if lay._has_params), None)
+        if first is None:
+            return
+        for layer in reversed(layers[first + 1 :]):
+            dY = layer.backward(dY)
+        layers[first].backward_params(dY)
+
     # ------------------------------------------------------------- training
     def _enter(self, X, y=None):
         ctx, (X, y) = enter(X, y, names=("X", "y"))
@@ -295,7 +310,7 @@ class Sequential(Persistable):
                 Xb = xp.take(X, idx[start:stop], axis=0)
                 yb = xp.take(y, idx[start:stop])
             loss = self.loss_.forward(self.forward(Xb), yb)
-            self.backward(self.loss_.backward())
+            self._backward_params(self.loss_.backward())
             self.opt_state_ = self.optimizer_.step(self.layers, self.opt_state_)
             total = total + loss * (stop - start)
         return float(total) / n  # one device sync per epoch
