@@ -9,8 +9,8 @@ from __future__ import annotations
 import array_api_compat
 
 from xpml.nn._base import Layer
-from xpml.utils._array_api import device as array_device
 from xpml.nn.init import get_initialiser
+from xpml.utils._array_api import device as array_device
 from xpml.utils._math import sigmoid, softmax
 
 __all__ = [
