@@ -358,3 +358,60 @@ def test_numpy_cholesky_by_panels_equals_one_potrf(panel, threads, rows, monkeyp
     assert not np.triu(L, 1).any()
     A[200, 200] = -5.0  # a negative pivot in the last panel
     assert by_panels(A.copy()) is None
+
+
+@pytest.mark.parametrize("library", ["numpy's OpenBLAS", "scipy"])
+@pytest.mark.parametrize("dtype, atol", [(np.float64, 1e-12), (np.float32, 2e-5)])
+def test_numpy_cholesky_in_one_potrf_in_place(dtype, atol, library, monkeypatch):
+    """Up to _POTRF_WHOLE_MAX rows the NumPy fast path is one LAPACK potrf in
+    the memory of the C-ordered input (NumPy's OpenBLAS through ctypes, or
+    SciPy's where NumPy has none): the lower factor, its upper part zero,
+    None when not positive definite."""
+    pytest.importorskip("scipy")
+    import xpml.kernel_ridge as kr_module
+
+    if library == "scipy":
+        monkeypatch.setattr(kr_module, "numpy_potrf", lambda char: None)
+    elif kr_module.numpy_potrf(np.dtype(dtype).char) is None:
+        pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+
+    rng = np.random.default_rng(4)
+    G = rng.normal(size=(120, 120))
+    A = (G @ G.T / 120 + np.eye(120)).astype(dtype)
+    work = A.copy()
+    L = kr_module._potrf_in_place(work)
+    assert L.dtype == dtype and np.shares_memory(L, work) and L.flags.c_contiguous
+    np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=0, atol=atol)
+    assert not np.triu(L, 1).any()
+    A[100, 100] = -5.0
+    assert kr_module._potrf_in_place(A.copy()) is None
+
+
+def test_numpy_cholesky_takes_panels_above_the_size_rule(monkeypatch):
+    """The fast path's two routes: one potrf up to _POTRF_WHOLE_MAX rows, the
+    panels above; both leave a caller's matrix alone unless overwrite is
+    given, and give the same factor to rounding."""
+    pytest.importorskip("scipy")
+    import xpml.kernel_ridge as kr_module
+
+    rng = np.random.default_rng(5)
+    G = rng.normal(size=(250, 250))
+    A = G @ G.T / 250 + np.eye(250)
+    before = A.copy()
+    routes = []
+    for name in ("_potrf_in_place", "_cholesky_by_panels"):
+        real = getattr(kr_module, name)
+        monkeypatch.setattr(
+            kr_module,
+            name,
+            lambda M, real=real, name=name: routes.append(name) or real(M),
+        )
+    fast = kr_module._cholesky_lapack
+    L1 = fast(A, xp=np)
+    monkeypatch.setattr(kr_module, "_POTRF_WHOLE_MAX", 100)
+    L2 = fast(A, xp=np)
+    assert routes == ["_potrf_in_place", "_cholesky_by_panels"]
+    np.testing.assert_array_equal(A, before)
+    np.testing.assert_allclose(L1, L2, rtol=0, atol=1e-12)
+    L3 = fast(A, xp=np, overwrite=True)
+    assert np.shares_memory(L3, A)

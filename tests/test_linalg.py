@@ -232,3 +232,38 @@ def test_tall_skinny_r_factor_on_one_blas_thread_gives_the_same_r():
     with threadpoolctl.threadpool_limits(1):
         R1 = _r_factor_numpy(A, xp=np, block_rows=64)
     np.testing.assert_array_equal(R, R1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_numpy_potrf_factors_in_place(dtype):
+    """numpy_potrf: the Cholesky factor of NumPy's own OpenBLAS, in place in
+    the lower triangle of a C-ordered matrix with the strict upper part zeroed
+    (sizes around its zeroing blocks of 128 rows), False when not positive
+    definite, clear errors for what it cannot take."""
+    from xpml.linalg import numpy_potrf
+
+    potrf = numpy_potrf(np.dtype(dtype).char)
+    if potrf is None:
+        pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+    rng = np.random.default_rng(7)
+    for n in (1, 127, 128, 300):
+        G = rng.normal(size=(n, n))
+        A = (G @ G.T / n + np.eye(n)).astype(dtype)
+        work = A.copy()
+        assert potrf(work) is True
+        tol = 1e-12 if dtype == np.float64 else 5e-5
+        np.testing.assert_allclose(work, np.linalg.cholesky(A), rtol=0, atol=tol)
+        assert not np.triu(work, 1).any()
+    A[5, 5] = -1.0
+    assert potrf(A.copy()) is False
+    assert potrf(np.empty((0, 0), dtype=dtype)) is True
+    with pytest.raises(ValueError, match="square"):
+        potrf(np.ones((3, 2), dtype=dtype))
+    with pytest.raises(ValueError, match="square"):
+        potrf(np.eye(3, dtype=np.float16))
+    with pytest.raises(ValueError, match="C-ordered"):
+        potrf(np.asfortranarray(np.eye(3, dtype=dtype))[:, ::-1])
+    ro = np.eye(3, dtype=dtype)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        potrf(ro)

@@ -51,6 +51,7 @@ from xpml.linalg import (
     _single_threaded_blas,
     _single_threaded_scipy_blas,
     host_threads,
+    numpy_potrf,
     one_blas_thread,
 )
 from xpml.linear_model._base import (
@@ -70,6 +71,9 @@ _BLOCK = 256  # rows per step of the portable blocked substitution
 _POTRF_PANEL = 1024
 _GEMM_ROWS = 2048  # rows of one trailing-update product (a buffer made once)
 _STRIP = 256  # rows of a strip of a diagonal block's update (lower part only)
+#: up to this order the NumPy fast path factors with one LAPACK ``potrf``
+#: (:func:`_potrf_in_place`); above it, by panels (:func:`_cholesky_by_panels`)
+_POTRF_WHOLE_MAX = 6144
 
 try:  # SciPy is optional; imported with this module, not by the first fit (issue 16)
     from scipy.linalg import get_blas_funcs as _blas_funcs
@@ -149,11 +153,29 @@ def _cholesky_portable(A, /, *, xp, overwrite=False):
 
 @fast_path("kernel_ridge.cholesky", "numpy", example=_cholesky_example)
 def _cholesky_lapack(A, /, *, xp, overwrite=False):
-    """LAPACK / BLAS by blocks of ``A`` (see :func:`_cholesky_by_panels`), in
-    place when allowed: a default fit holds one ``n × n`` array."""
+    """LAPACK, in place when allowed (a default fit holds one ``n × n``
+    array): one ``potrf`` up to :data:`_POTRF_WHOLE_MAX` rows, by blocks above
+    (see :func:`_cholesky_by_panels` for why)."""
     if _lapack_funcs is None:
         return _cholesky_portable(A, xp=xp, overwrite=overwrite)
-    return _cholesky_by_panels(A if overwrite else A.copy())
+    A = A.copy() if not overwrite or not A.flags.c_contiguous else A
+    if A.shape[0] <= _POTRF_WHOLE_MAX:
+        return _potrf_in_place(A)
+    return _cholesky_by_panels(A)
+
+
+def _potrf_in_place(A):
+    """The lower Cholesky factor of the C-ordered ``A`` in its own memory (its
+    strict upper part zeroed) by one LAPACK ``potrf`` with BLAS's threads; None
+    when not positive definite. NumPy's OpenBLAS where it has one (the library
+    that made the Gram matrix: :func:`xpml.linalg.numpy_potrf`), else SciPy's
+    (``Aᵀ`` is Fortran-ordered: its upper factor ``Lᵀ`` is written in place)."""
+    own = numpy_potrf(A.dtype.char)
+    if own is not None:
+        return A if own(A) else None
+    (potrf,) = _lapack_funcs(("potrf",), (A,))
+    U, info = potrf(A.T, lower=0, overwrite_a=1, clean=1)
+    return U.T if info == 0 else None
 
 
 def _cholesky_by_panels(A, panel=None, rows=None, threads=None):
@@ -165,7 +187,8 @@ def _cholesky_by_panels(A, panel=None, rows=None, threads=None):
     threads (default: the CPU count, 1 when BLAS is limited to one thread),
     every BLAS call at one thread.
 
-    Why not one ``potrf``: the multithreaded ``dpotrf`` of the OpenBLAS that
+    Why not one ``potrf`` above :data:`_POTRF_WHOLE_MAX` rows: the
+    multithreaded ``dpotrf`` of the OpenBLAS that
     NumPy and SciPy wheels bundle (0.3.31) crashes the process (SIGSEGV) from
     about n = 16,000 on a two-core machine, and below that its threads spend
     much of their time waiting for each other (n = 10,000, SkylakeX kernels:
@@ -174,7 +197,11 @@ def _cholesky_by_panels(A, panel=None, rows=None, threads=None):
     price: on an idle two-core machine one two-thread ``potrf`` is still faster
     (n = 10,000: 2.2–2.5 s against 2.8–3.0 s wall; 4.2–4.9 s against 5.0–5.5 s
     of CPU), a diagonal block being factored on one thread while the other
-    waits, and each GEMM product subtracted in a second pass.
+    waits, and each GEMM product subtracted in a second pass. Below
+    :data:`_POTRF_WHOLE_MAX` that price is the larger part: measured idle on
+    the project's 2-core VM (session 15), one ``potrf`` took 39 against 79 ms
+    at n = 2,000 and 0.81 against 1.16 s at n = 6,000 (warm calls), and any
+    time lost to a busy core is bounded by those lengths.
     """
     panel = _POTRF_PANEL if panel is None else panel
     rows = _GEMM_ROWS if rows is None else rows

@@ -347,11 +347,10 @@ def _rows_of(A):
 
 
 @functools.cache
-def _numpy_geqrf(char):
-    """``geqrf(block) -> R``: LAPACK's ``dgeqrf`` / ``sgeqrf`` (``char`` "d" /
-    "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
-    Fortran-ordered ``block`` (no copy of it); None where
-    that library or symbol is not found (other builds: ``np.linalg.qr``)."""
+def _numpy_lapack(name):
+    """LAPACK routine ``name`` ("dgeqrf", "spotrf", ...) of the OpenBLAS in
+    NumPy's wheel through ctypes, with its integer type: ``(fn, int type)``;
+    None where that library or symbol is not found (other builds)."""
     try:
         import ctypes
 
@@ -361,12 +360,38 @@ def _numpy_geqrf(char):
         handle = ctypes.CDLL(libs[0].filepath) if libs else None
     except (ImportError, OSError, AttributeError, IndexError):
         return None
-    name = {"d": "dgeqrf", "f": "sgeqrf"}.get(char)
-    for prefix, suffix, int_t in _LAPACK_NAMES:
-        fn = getattr(handle, f"{prefix}{name}{suffix}", None) if name else None
+    for prefix, suffix, int_t in _LAPACK_NAMES if handle is not None else ():
+        fn = getattr(handle, f"{prefix}{name}{suffix}", None)
         if fn is not None:
-            return _Geqrf(fn, int_t, np.dtype(char))
+            return fn, getattr(ctypes, int_t)
     return None
+
+
+@functools.cache
+def _numpy_geqrf(char):
+    """``geqrf(block) -> R``: LAPACK's ``dgeqrf`` / ``sgeqrf`` (``char`` "d" /
+    "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
+    Fortran-ordered ``block`` (no copy of it); None where
+    that library or symbol is not found (other builds: ``np.linalg.qr``)."""
+    name = {"d": "dgeqrf", "f": "sgeqrf"}.get(char)
+    found = _numpy_lapack(name) if name else None
+    return None if found is None else _Geqrf(*found, np.dtype(char))
+
+
+@functools.cache
+def numpy_potrf(char):
+    """``potrf(A) -> bool``: LAPACK's ``dpotrf`` / ``spotrf`` (``char`` "d" /
+    "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
+    C-ordered symmetric ``A``: its lower triangle becomes the Cholesky factor
+    and its strict upper triangle zero (True), or False when ``A`` is not
+    positive definite (``A`` then partly overwritten). None where that
+    library or symbol is not found. The same library as NumPy's products, so
+    a factor right after them does not start a second pool of BLAS threads
+    while theirs still spin (SciPy's ``potrf`` after NumPy's Gram products:
+    77 against 39 ms at n = 2,000 on two cores, session 15)."""
+    name = {"d": "dpotrf", "f": "spotrf"}.get(char)
+    found = _numpy_lapack(name) if name else None
+    return None if found is None else _Potrf(*found, np.dtype(char))
 
 
 # symbol names of LAPACK routines in the OpenBLAS NumPy's wheels ship, all
@@ -378,11 +403,11 @@ _LAPACK_NAMES = (("scipy_", "_64_", "c_int64"), ("", "_64_", "c_int64"))
 class _Geqrf:
     """One ``?geqrf`` routine (see :func:`_numpy_geqrf`)."""
 
-    def __init__(self, fn, int_t, dtype):
+    def __init__(self, fn, int_type, dtype):
         import ctypes
 
         self._fn, self._dtype = fn, dtype
-        self._int, self._ct = getattr(ctypes, int_t), ctypes
+        self._int, self._ct = int_type, ctypes
 
     def __call__(self, block):
         m, d = (int(v) for v in block.shape)
@@ -413,6 +438,52 @@ class _Geqrf:
         if info.value != 0:
             raise np.linalg.LinAlgError(f"geqrf failed (info={info.value})")
         return np.triu(block[: min(m, d)])
+
+
+class _Potrf:
+    """One ``?potrf`` routine (see :func:`numpy_potrf`)."""
+
+    def __init__(self, fn, int_type, dtype):
+        import ctypes
+
+        self._fn, self._int, self._dtype, self._ct = fn, int_type, dtype, ctypes
+
+    def __call__(self, A):
+        n = int(A.shape[0])
+        if A.ndim != 2 or A.shape[1] != n or A.dtype != self._dtype:
+            raise ValueError(f"potrf needs a square {self._dtype} matrix")
+        if not A.flags.c_contiguous or not A.flags.writeable:
+            raise ValueError("potrf works in place on a writeable C-ordered matrix")
+        if n == 0:
+            return True
+        i, ct = self._int, self._ct
+        info = i(0)
+        # C order is Fortran order of Aᵀ = A: its upper factor U = Lᵀ
+        self._fn(
+            ct.c_char_p(b"U"),
+            ct.byref(i(n)),
+            ct.c_void_p(A.ctypes.data),
+            ct.byref(i(n)),
+            ct.byref(info),
+        )
+        if info.value < 0:  # pragma: no cover - the arguments are checked above
+            raise ValueError(f"potrf: argument {-info.value} is invalid")
+        if info.value > 0:
+            return False
+        _zero_strict_upper(A)
+        return True
+
+
+def _zero_strict_upper(A, block=128):
+    """Zero the strict upper triangle of square ``A`` in place, a block of
+    rows at a time (no index arrays of its size)."""
+    n = A.shape[0]
+    upper = np.triu(np.ones((block, block), dtype=bool), 1)
+    for r0 in range(0, n, block):
+        r1 = min(r0 + block, n)
+        A[r0:r1, r1:] = 0
+        diag = A[r0:r1, r0:r1]
+        diag[upper[: r1 - r0, : r1 - r0]] = 0
 
 
 def _tsqr_rows(d, itemsize):
