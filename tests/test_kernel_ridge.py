@@ -369,10 +369,11 @@ def test_numpy_cholesky_in_one_potrf_in_place(dtype, atol, library, monkeypatch)
     None when not positive definite."""
     pytest.importorskip("scipy")
     import xpml.kernel_ridge as kr_module
+    from xpml.linalg import numpy_lapack
 
     if library == "scipy":
-        monkeypatch.setattr(kr_module, "numpy_potrf", lambda char: None)
-    elif kr_module.numpy_potrf(np.dtype(dtype).char) is None:
+        monkeypatch.setattr(kr_module, "numpy_potrf", lambda A: None)
+    elif numpy_lapack("potrf", np.dtype(dtype).char) is None:
         pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
 
     rng = np.random.default_rng(4)
@@ -415,3 +416,25 @@ def test_numpy_cholesky_takes_panels_above_the_size_rule(monkeypatch):
     np.testing.assert_allclose(L1, L2, rtol=0, atol=1e-12)
     L3 = fast(A, xp=np, overwrite=True)
     assert np.shares_memory(L3, A)
+
+
+def test_scipy_lapack_route_gives_the_same_fit(monkeypatch):
+    """Where NumPy's OpenBLAS routines are missing, SciPy's potrf / potrs /
+    trtri give the same dual coefficients and effective_dof_ to rounding."""
+    pytest.importorskip("scipy")
+    import xpml.kernel_ridge as kr_module
+
+    rng = np.random.default_rng(6)
+    X, y = rng.normal(size=(150, 4)), rng.normal(size=150)
+
+    def fit():
+        kr = KernelRidge(alpha=0.5, kernel="rbf", gamma=0.3, compute_dof=True)
+        kr.fit(X, y)
+        return np.asarray(kr.dual_coef_), kr.effective_dof_
+
+    own, own_dof = fit()
+    for name in ("numpy_potrf", "numpy_potrs", "numpy_trtri"):
+        monkeypatch.setattr(kr_module, name, lambda *args: None)
+    theirs, their_dof = fit()
+    np.testing.assert_allclose(own, theirs, rtol=1e-10, atol=1e-12)
+    assert abs(own_dof - their_dof) < 1e-10 * len(X)

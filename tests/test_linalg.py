@@ -235,35 +235,50 @@ def test_tall_skinny_r_factor_on_one_blas_thread_gives_the_same_r():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_numpy_potrf_factors_in_place(dtype):
-    """numpy_potrf: the Cholesky factor of NumPy's own OpenBLAS, in place in
-    the lower triangle of a C-ordered matrix with the strict upper part zeroed
-    (sizes around its zeroing blocks of 128 rows), False when not positive
-    definite, clear errors for what it cannot take."""
-    from xpml.linalg import numpy_potrf
+def test_numpy_lapack_cholesky_solve_and_inverse(dtype):
+    """numpy_potrf / numpy_potrs / numpy_trtri: NumPy's own OpenBLAS through
+    ctypes on C-ordered matrices (sizes around the zeroing blocks of 128
+    rows): the factor in place with the strict upper part zeroed, the solve
+    with one and several right-hand sides, the triangular inverse in place;
+    False for a matrix that is not positive definite or a singular factor;
+    None, the input untouched, for what they do not take."""
+    from xpml.linalg import numpy_lapack, numpy_potrf, numpy_potrs, numpy_trtri
 
-    potrf = numpy_potrf(np.dtype(dtype).char)
-    if potrf is None:
+    if numpy_lapack("potrf", np.dtype(dtype).char) is None:
         pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
     rng = np.random.default_rng(7)
+    tol = 1e-11 if dtype == np.float64 else 2e-4
     for n in (1, 127, 128, 300):
         G = rng.normal(size=(n, n))
         A = (G @ G.T / n + np.eye(n)).astype(dtype)
-        work = A.copy()
-        assert potrf(work) is True
-        tol = 1e-12 if dtype == np.float64 else 5e-5
-        np.testing.assert_allclose(work, np.linalg.cholesky(A), rtol=0, atol=tol)
-        assert not np.triu(work, 1).any()
+        L = A.copy()
+        assert numpy_potrf(L) is True
+        np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=0, atol=tol)
+        assert not np.triu(L, 1).any()
+        for B in (rng.normal(size=n), rng.normal(size=(n, 3))):
+            X = numpy_potrs(L, B.astype(dtype))
+            assert X.dtype == dtype and X.shape == B.shape
+            np.testing.assert_allclose(A @ X, B, rtol=0, atol=50 * tol)
+        Linv = L.copy()
+        assert numpy_trtri(Linv) is True
+        np.testing.assert_allclose(Linv @ L, np.eye(n), rtol=0, atol=50 * tol)
     A[5, 5] = -1.0
-    assert potrf(A.copy()) is False
-    assert potrf(np.empty((0, 0), dtype=dtype)) is True
-    with pytest.raises(ValueError, match="square"):
-        potrf(np.ones((3, 2), dtype=dtype))
-    with pytest.raises(ValueError, match="square"):
-        potrf(np.eye(3, dtype=np.float16))
-    with pytest.raises(ValueError, match="C-ordered"):
-        potrf(np.asfortranarray(np.eye(3, dtype=dtype))[:, ::-1])
+    assert numpy_potrf(A.copy()) is False
+    singular = np.tril(np.ones((4, 4), dtype=dtype))
+    singular[2, 2] = 0.0
+    kept = singular.copy()
+    assert numpy_trtri(singular) is False
+    np.testing.assert_array_equal(singular, kept)  # found before any write
+    assert numpy_potrf(np.empty((0, 0), dtype=dtype)) is True
+    for bad in (
+        np.ones((3, 2), dtype=dtype),
+        np.asfortranarray(np.eye(3, dtype=dtype))[:, ::-1],
+        np.eye(3, dtype=np.float16),
+    ):
+        kept = bad.copy()
+        assert numpy_potrf(bad) is None and numpy_trtri(bad) is None
+        np.testing.assert_array_equal(bad, kept)
     ro = np.eye(3, dtype=dtype)
     ro.flags.writeable = False
-    with pytest.raises(ValueError, match="writeable"):
-        potrf(ro)
+    assert numpy_potrf(ro) is None
+    assert numpy_potrs(np.asfortranarray(np.eye(3, dtype=dtype) + 0.1), ro) is None

@@ -52,6 +52,8 @@ from xpml.linalg import (
     _single_threaded_scipy_blas,
     host_threads,
     numpy_potrf,
+    numpy_potrs,
+    numpy_trtri,
     one_blas_thread,
 )
 from xpml.linear_model._base import (
@@ -170,9 +172,9 @@ def _potrf_in_place(A):
     when not positive definite. NumPy's OpenBLAS where it has one (the library
     that made the Gram matrix: :func:`xpml.linalg.numpy_potrf`), else SciPy's
     (``Aᵀ`` is Fortran-ordered: its upper factor ``Lᵀ`` is written in place)."""
-    own = numpy_potrf(A.dtype.char)
-    if own is not None:
-        return A if own(A) else None
+    done = numpy_potrf(A)
+    if done is not None:
+        return A if done else None
     (potrf,) = _lapack_funcs(("potrf",), (A,))
     U, info = potrf(A.T, lower=0, overwrite_a=1, clean=1)
     return U.T if info == 0 else None
@@ -336,6 +338,11 @@ def _cho_solve_portable(L, B, /, *, xp):
 
 @fast_path("kernel_ridge.cho_solve", "numpy", example=_factor_example)
 def _cho_solve_lapack(L, B, /, *, xp):
+    """LAPACK ``potrs``: NumPy's OpenBLAS where it has one (as the factor's
+    ``potrf``, :func:`xpml.linalg.numpy_potrs`), else SciPy's."""
+    X = numpy_potrs(L, B)
+    if X is not None:
+        return X
     if _lapack_funcs is None:
         return _cho_solve_portable(L, B, xp=xp)
     (potrs,) = _lapack_funcs(("potrs",), (L,))
@@ -369,7 +376,14 @@ def _inv_sq_frobenius_portable(L, /, *, xp, overwrite=False):
 @fast_path("kernel_ridge.inv_sq_frobenius", "numpy", example=_inv_example)
 def _inv_sq_frobenius_lapack(L, /, *, xp, overwrite=False):
     """LAPACK ``trtri`` on ``Lᵀ`` (upper, Fortran-ordered view: same norm), in
-    place with ``overwrite`` (``L`` is then lost)."""
+    place with ``overwrite`` (``L`` is then lost): NumPy's OpenBLAS where it
+    has one (:func:`xpml.linalg.numpy_trtri`), else SciPy's."""
+    Linv = L if overwrite and L.flags.writeable else np.array(L, order="C")
+    done = numpy_trtri(Linv)
+    if done is not None:  # False: a zero on L's diagonal, found before any write
+        if not done:
+            return _inv_sq_frobenius_portable(L, xp=xp)
+        return xp.sum(Linv * Linv)  # L's strict upper part is zero
     if _lapack_funcs is None:
         return _inv_sq_frobenius_portable(L, xp=xp)
     (trtri,) = _lapack_funcs(("trtri",), (L,))

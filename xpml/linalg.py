@@ -347,51 +347,95 @@ def _rows_of(A):
 
 
 @functools.cache
-def _numpy_lapack(name):
-    """LAPACK routine ``name`` ("dgeqrf", "spotrf", ...) of the OpenBLAS in
-    NumPy's wheel through ctypes, with its integer type: ``(fn, int type)``;
-    None where that library or symbol is not found (other builds)."""
+def numpy_lapack(name, char):
+    """LAPACK routine ``name`` without its type letter ("geqrf", "potrf") for
+    dtype character ``char`` ("d": float64, "f": float32) from the OpenBLAS in
+    NumPy's wheel, through ctypes (:class:`_Lapack`); None for another dtype
+    or where that library or symbol is not found (other builds).
+
+    The same library as NumPy's products: a LAPACK call right after them
+    does not start a second pool of BLAS threads while theirs still spin
+    (SciPy's ``potrf`` after NumPy's Gram products: 77 against 39 ms at
+    n = 2,000 on two cores, session 15)."""
+    letter = {"d": "d", "f": "s"}.get(char)
     try:
         import ctypes
 
         import threadpoolctl
 
-        libs = _numpy_openblas(threadpoolctl)
+        libs = _numpy_openblas(threadpoolctl) if letter else []
         handle = ctypes.CDLL(libs[0].filepath) if libs else None
     except (ImportError, OSError, AttributeError, IndexError):
         return None
     for prefix, suffix, int_t in _LAPACK_NAMES if handle is not None else ():
-        fn = getattr(handle, f"{prefix}{name}{suffix}", None)
+        fn = getattr(handle, f"{prefix}{letter}{name}{suffix}", None)
         if fn is not None:
-            return fn, getattr(ctypes, int_t)
+            return _Lapack(fn, getattr(ctypes, int_t))
     return None
 
 
-@functools.cache
 def _numpy_geqrf(char):
     """``geqrf(block) -> R``: LAPACK's ``dgeqrf`` / ``sgeqrf`` (``char`` "d" /
-    "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
+    "f") of the OpenBLAS in NumPy's wheel (:func:`numpy_lapack`), in place on a
     Fortran-ordered ``block`` (no copy of it); None where
     that library or symbol is not found (other builds: ``np.linalg.qr``)."""
-    name = {"d": "dgeqrf", "f": "sgeqrf"}.get(char)
-    found = _numpy_lapack(name) if name else None
-    return None if found is None else _Geqrf(*found, np.dtype(char))
+    routine = numpy_lapack("geqrf", char)
+    return None if routine is None else _Geqrf(routine, np.dtype(char))
 
 
-@functools.cache
-def numpy_potrf(char):
-    """``potrf(A) -> bool``: LAPACK's ``dpotrf`` / ``spotrf`` (``char`` "d" /
-    "f") of the OpenBLAS in NumPy's wheel, through ctypes, in place on a
-    C-ordered symmetric ``A``: its lower triangle becomes the Cholesky factor
-    and its strict upper triangle zero (True), or False when ``A`` is not
-    positive definite (``A`` then partly overwritten). None where that
-    library or symbol is not found. The same library as NumPy's products, so
-    a factor right after them does not start a second pool of BLAS threads
-    while theirs still spin (SciPy's ``potrf`` after NumPy's Gram products:
-    77 against 39 ms at n = 2,000 on two cores, session 15)."""
-    name = {"d": "dpotrf", "f": "spotrf"}.get(char)
-    found = _numpy_lapack(name) if name else None
-    return None if found is None else _Potrf(*found, np.dtype(char))
+def _square_in_place(A, dtype):
+    """Whether ``A`` is a square, writeable, C-ordered matrix of ``dtype`` (the
+    routines below read its memory as the Fortran-ordered ``Aᵀ``)."""
+    return (
+        A.ndim == 2
+        and A.shape[0] == A.shape[1]
+        and A.dtype == dtype
+        and A.flags.c_contiguous
+        and A.flags.writeable
+    )
+
+
+def numpy_potrf(A):
+    """Cholesky in place by NumPy's OpenBLAS ``?potrf`` (:func:`numpy_lapack`):
+    the lower triangle of the C-ordered symmetric ``A`` becomes the factor and
+    its strict upper triangle zero (True); False when ``A`` is not positive
+    definite (``A`` then partly overwritten); None, ``A`` untouched, where
+    the routine is missing or ``A`` is not square, writeable and C-ordered."""
+    routine = numpy_lapack("potrf", A.dtype.char)
+    if routine is None or not _square_in_place(A, A.dtype):
+        return None
+    n = int(A.shape[0])
+    if n and routine(b"U", n, A, n) != 0:  # C order: Aᵀ = A, upper U = Lᵀ
+        return False
+    _zero_strict_upper(A)
+    return True
+
+
+def numpy_potrs(L, B):
+    """``(L Lᵀ)⁻¹ B`` by NumPy's OpenBLAS ``?potrs`` for the C-ordered lower
+    factor ``L`` (from :func:`numpy_potrf`) and ``B`` (n,) or (n, k): a new
+    array; None where the routine is missing or ``L`` is not C-ordered."""
+    routine = numpy_lapack("potrs", L.dtype.char)
+    if routine is None or L.ndim != 2 or not L.flags.c_contiguous:
+        return None
+    X = np.array(B, dtype=L.dtype, order="F", copy=True)
+    n = int(L.shape[0])
+    k = 1 if X.ndim == 1 else int(X.shape[1])
+    if n and k and routine(b"U", n, k, L, n, X, n) != 0:  # pragma: no cover
+        raise np.linalg.LinAlgError("potrs failed")  # only for invalid arguments
+    return X
+
+
+def numpy_trtri(L):
+    """Invert the lower-triangular C-ordered ``L`` in place by NumPy's OpenBLAS
+    ``?trtri`` (its strict upper triangle left as it is): True; False when
+    ``L`` is singular; None where the routine is missing or ``L`` is not
+    square, writeable and C-ordered."""
+    routine = numpy_lapack("trtri", L.dtype.char)
+    if routine is None or not _square_in_place(L, L.dtype):
+        return None
+    n = int(L.shape[0])
+    return not n or routine(b"U", b"N", n, L, n) == 0
 
 
 # symbol names of LAPACK routines in the OpenBLAS NumPy's wheels ship, all
@@ -400,14 +444,35 @@ def numpy_potrf(char):
 _LAPACK_NAMES = (("scipy_", "_64_", "c_int64"), ("", "_64_", "c_int64"))
 
 
-class _Geqrf:
-    """One ``?geqrf`` routine (see :func:`_numpy_geqrf`)."""
+class _Lapack:
+    """One LAPACK routine of NumPy's OpenBLAS (:func:`numpy_lapack`):
+    ``routine(*args) -> info``, with Python ints passed as its integers, bytes
+    as its characters and arrays as pointers to their data; ``info`` is
+    appended."""
 
-    def __init__(self, fn, int_type, dtype):
+    def __init__(self, fn, int_type):
         import ctypes
 
-        self._fn, self._dtype = fn, dtype
-        self._int, self._ct = int_type, ctypes
+        self._fn, self._int, self._ct = fn, int_type, ctypes
+
+    def __call__(self, *args):
+        ct, info = self._ct, self._int(0)
+        self._fn(*(self._arg(a) for a in args), ct.byref(info))
+        return int(info.value)
+
+    def _arg(self, a):
+        if isinstance(a, bytes):
+            return self._ct.c_char_p(a)
+        if isinstance(a, int):
+            return self._ct.byref(self._int(a))
+        return self._ct.c_void_p(a.ctypes.data)
+
+
+class _Geqrf:
+    """``?geqrf`` on a Fortran-ordered block (see :func:`_numpy_geqrf`)."""
+
+    def __init__(self, routine, dtype):
+        self._routine, self._dtype = routine, dtype
 
     def __call__(self, block):
         m, d = (int(v) for v in block.shape)
@@ -423,55 +488,10 @@ class _Geqrf:
         work = np.empty(64 * d, dtype=self._dtype)
         tau = np.empty(min(m, d), dtype=self._dtype)
         lda = max(1, block.strides[1] // block.itemsize)
-        i, ptr = self._int, self._ct.c_void_p
-        info = i(0)
-        self._fn(
-            self._ct.byref(i(m)),
-            self._ct.byref(i(d)),
-            ptr(block.ctypes.data),
-            self._ct.byref(i(lda)),
-            ptr(tau.ctypes.data),
-            ptr(work.ctypes.data),
-            self._ct.byref(i(work.shape[0])),
-            self._ct.byref(info),
-        )
-        if info.value != 0:
-            raise np.linalg.LinAlgError(f"geqrf failed (info={info.value})")
+        info = self._routine(m, d, block, lda, tau, work, int(work.shape[0]))
+        if info != 0:
+            raise np.linalg.LinAlgError(f"geqrf failed (info={info})")
         return np.triu(block[: min(m, d)])
-
-
-class _Potrf:
-    """One ``?potrf`` routine (see :func:`numpy_potrf`)."""
-
-    def __init__(self, fn, int_type, dtype):
-        import ctypes
-
-        self._fn, self._int, self._dtype, self._ct = fn, int_type, dtype, ctypes
-
-    def __call__(self, A):
-        n = int(A.shape[0])
-        if A.ndim != 2 or A.shape[1] != n or A.dtype != self._dtype:
-            raise ValueError(f"potrf needs a square {self._dtype} matrix")
-        if not A.flags.c_contiguous or not A.flags.writeable:
-            raise ValueError("potrf works in place on a writeable C-ordered matrix")
-        if n == 0:
-            return True
-        i, ct = self._int, self._ct
-        info = i(0)
-        # C order is Fortran order of Aᵀ = A: its upper factor U = Lᵀ
-        self._fn(
-            ct.c_char_p(b"U"),
-            ct.byref(i(n)),
-            ct.c_void_p(A.ctypes.data),
-            ct.byref(i(n)),
-            ct.byref(info),
-        )
-        if info.value < 0:  # pragma: no cover - the arguments are checked above
-            raise ValueError(f"potrf: argument {-info.value} is invalid")
-        if info.value > 0:
-            return False
-        _zero_strict_upper(A)
-        return True
 
 
 def _zero_strict_upper(A, block=128):
