@@ -8,13 +8,14 @@ the process frees a large mapped block. A fresh process whose calls allocate
 many medium-sized temporaries (a k-d tree query, a network's activations,
 Newton's Hessian products) therefore hands them back at the end of every call
 (or every minibatch) and takes a page fault on each 4 KB page again in the
-next: measured on the project's 2-core VM (``bench/results/`` at session 15),
-the digits CNN trained in 348 ms in a fresh process against 224 ms in the
-benchmark's long-lived one (2,299 ``brk`` calls and ~63,000 page faults in
-two fits), the
-exact k-d tree answered 20,000 queries in 30-33 ms against 23 (3,900 faults a
-call), and LogisticRegression's Newton fit took 73 against 55 ms. With the
-thresholds raised, the same fresh processes took 226, 23 and 61 ms.
+next. Measured on the project's 2-core VM (sessions 14 and 15, before the
+network's training made fewer temporaries): the digits CNN trained in 348 ms in a fresh
+process against 224 ms in the benchmark's long-lived one (2,299 ``brk`` calls
+and ~63,000 page faults in two fits), and in 221 ms with this setting; the
+exact k-d tree answered 20,000 queries in 30-33 ms at every call of a fresh
+process (3,900 faults a call) against 23 ms warm, and in 23 ms from the
+second call on with it. bench/README.md ("The allocator hands freed memory
+back") has the full runs with and without it.
 
 xpml does not change the allocator by itself: the setting is process-wide and
 permanent, it keeps the process's resident memory higher after large frees, and
