@@ -259,8 +259,8 @@ def _reduce_tall(A, b, /, *, xp, shift=None, scale=None):
     as :func:`pinv_solve` says, when ``A`` is tall enough for it to pay, else
     ``(A, b)`` shifted and scaled."""
     n, d = A.shape
-    B = xp.astype(b[:, None] if len(b.shape) == 1 else b, A.dtype)
-    if d == 0 or n < 2 * (d + B.shape[1]):
+    k = 1 if len(b.shape) == 1 else int(b.shape[1])
+    if d == 0 or n < 2 * (d + k):
         if shift is not None:
             A, b = A - shift[0], b - shift[1]
         if scale is not None:
@@ -272,6 +272,7 @@ def _reduce_tall(A, b, /, *, xp, shift=None, scale=None):
     shifts = None
     if shift is not None:
         shifts = (shift[0], xp.reshape(xp.astype(shift[1], A.dtype), (-1,)))
+    B = xp.astype(b[:, None] if len(b.shape) == 1 else b, A.dtype, copy=False)
     R = shifted_r_factor_of((A, B), shifts, xp=xp, scale=scale)
     Qtb = R[:d, d:]
     return R[:d, :d], (Qtb[:, 0] if len(b.shape) == 1 else Qtb)
