@@ -282,3 +282,37 @@ def test_numpy_lapack_cholesky_solve_and_inverse(dtype):
     ro.flags.writeable = False
     assert numpy_potrf(ro) is None
     assert numpy_potrs(np.asfortranarray(np.eye(3, dtype=dtype) + 0.1), ro) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_numpy_gemm_reads_operands_where_they_lie(dtype):
+    """numpy_gemm: CBLAS ``?gemm`` of NumPy's OpenBLAS on row-major operands
+    given by address and leading dimension: a product into a fresh output,
+    one accumulated into it (``beta=1``), ``Aᵀ B``, and operands that are
+    views with rows longer than the matrix (leading dimension past the
+    width), each equal to NumPy's product; None for another dtype."""
+    from xpml.linalg import numpy_gemm
+
+    gemm = numpy_gemm(np.dtype(dtype).char)
+    if gemm is None:
+        pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+    assert gemm.dtype == dtype and numpy_gemm("e") is None and numpy_gemm("i") is None
+    rng = np.random.default_rng(4)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    big = rng.normal(size=(9, 12)).astype(dtype)
+    A, B = big[:7, 2:7], rng.normal(size=(5, 4)).astype(dtype)  # A: ld 12
+    C = rng.normal(size=(7, 4)).astype(dtype)
+    start = C.copy()
+
+    def at(M, ld=None):
+        return (M.ctypes.data, M.strides[0] // M.itemsize if ld is None else ld)
+
+    gemm((7, 4, 5), at(A), at(B), at(C), beta=1.0)
+    np.testing.assert_allclose(C, start + A @ B, rtol=tol, atol=tol)
+    gemm((7, 4, 5), at(A), at(B), at(C))
+    np.testing.assert_allclose(C, A @ B, rtol=tol, atol=tol)
+    E = rng.normal(size=(7, 3)).astype(dtype)
+    out = np.zeros((6, 8), dtype=dtype)  # Aᵀ E into a 5 x 3 corner
+    gemm((5, 3, 7), at(A), at(E), at(out), trans_a=True)
+    np.testing.assert_allclose(out[:5, :3], A.T @ E, rtol=tol, atol=tol)
+    assert not out[5:].any() and not out[:, 3:].any()  # nothing past the corner

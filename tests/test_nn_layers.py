@@ -684,3 +684,117 @@ def test_conv_window_sizes_match_the_block_buffers(dtype, kernel, stride, pad):
     assert (Ho, Wo) == made.V.shape[1:3]
     assert Ho * Wo == made.per
     assert nbytes == made.bytes == made.A[0].nbytes
+
+
+def _split_case(rng, dtype, kernel, padding, bias):
+    """Read-only, non-contiguous NHWC input (9 x 8 images, 5 channels), a
+    kernel to 6 channels, its bias (or None) and a read-only ``dZ``."""
+    from xpml.nn import conv
+
+    X = rng.standard_normal((7, 9, 16, 5)).astype(dtype)[:, :, ::2, :]
+    W = rng.standard_normal((*kernel, 5, 6)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype) if bias else None
+    Ho = conv.out_size(9, kernel[0], 1, padding[0])
+    Wo = conv.out_size(8, kernel[1], 1, padding[1])
+    dZ = rng.standard_normal((7, Ho, Wo, 6)).astype(dtype)
+    for a in (X, W, dZ):
+        a.flags.writeable = False
+    return X, W, b, dZ
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("one_thread", [False, True])
+@pytest.mark.parametrize(
+    "kernel, padding, bias",
+    [
+        ((3, 3), (1, 1), True),
+        ((3, 2), (0, 1), False),
+        ((5, 5), (2, 2), True),
+        ((2, 3), (1, 0), True),
+        ((1, 1), (0, 0), False),
+    ],
+)
+def test_conv_kernel_row_split_equals_the_window_matrix(
+    monkeypatch, dtype, one_thread, kernel, padding, bias
+):
+    """The kernel-row split (stride 1 on NumPy: each image's row windows and
+    k_h products summed in place by NumPy's OpenBLAS) gives the forward and
+    the fused backward of the window-matrix path and of the portable
+    whole-batch paths, over blocks of one image on one and on two threads,
+    for square, uneven and 1 x 1 kernels, with and without bias and padding;
+    inputs (read-only, non-contiguous) untouched, and the split was taken."""
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    from xpml.linalg import numpy_gemm
+    from xpml.nn import conv
+
+    if numpy_gemm(np.dtype(dtype).char) is None:
+        pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+    rng = np.random.default_rng(11)
+    X, W, b, dZ = _split_case(rng, dtype, kernel, padding, bias)
+    kept = [a.copy() for a in (X, W, dZ)]
+    taken = []
+
+    def spy(name):
+        real = getattr(conv, name)
+
+        def counted(*args, **kwargs):
+            taken.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(conv, name, counted)
+
+    spy("_conv_forward_rows")
+    spy("_backward_s1_rows")
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # one image a block
+    limit = threadpool_limits(1) if one_thread else contextlib.nullcontext()
+
+    def both(values):
+        monkeypatch.setattr(conv, "ROW_SPLIT_MIN_VALUES", values)
+        monkeypatch.setattr(conv, "ROW_SPLIT_MIN_PIXELS", 1)
+        with limit:
+            Z = conv._conv_forward_numpy(X, W, b, (1, 1), padding, xp=np)
+            return (Z, *conv._backward_s1_numpy(X, dZ, W, padding, xp=np))
+
+    split = both(1)
+    assert taken == ["_conv_forward_rows", "_backward_s1_rows"]
+    window = both(10**9)
+    assert len(taken) == 2  # the window matrix, not the split, this time
+    portable = (
+        conv._conv_forward_portable(X, W, b, (1, 1), padding, xp=np),
+        *conv._backward_s1_portable(X, dZ, W, padding, xp=np),
+    )
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for got, w1, w2 in zip(split, window, portable, strict=True):
+        assert got.dtype == dtype and got.shape == w2.shape
+        scale = np.abs(w2).max()
+        np.testing.assert_allclose(got, w1, rtol=0, atol=tol * scale)
+        np.testing.assert_allclose(got, w2, rtol=0, atol=tol * scale)
+    for a, k in zip((X, W, dZ), kept, strict=True):
+        np.testing.assert_array_equal(a, k)
+
+
+def test_conv_kernel_row_split_only_where_it_pays(monkeypatch):
+    """The split is taken for stride 1, at least ROW_SPLIT_MIN_VALUES values
+    in a kernel row's window row and ROW_SPLIT_MIN_PIXELS outputs an image,
+    one float dtype throughout and NumPy's OpenBLAS found; otherwise the
+    window matrix (the same result: see above). The bench's layer, 28 x 28
+    images 16 -> 32 channels with a 3 x 3 kernel, takes it both ways."""
+    from xpml.linalg import numpy_gemm
+    from xpml.nn import conv
+
+    if numpy_gemm("f") is None:
+        pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+    f32, f64 = np.zeros(1, np.float32), np.zeros(1, np.float64)
+    rule = conv._row_split_gemm
+    assert rule((3, 3), (1, 1), 16, (28, 28), f32, f32) is numpy_gemm("f")
+    assert rule((3, 3), (1, 1), 32, (28, 28), f64, f64, None) is numpy_gemm("d")
+    assert rule((3, 3), (2, 1), 16, (28, 28), f32) is None  # a stride
+    assert rule((3, 3), (1, 1), 8, (28, 28), f32) is None  # 24 values a row
+    assert rule((3, 3), (1, 1), 16, (14, 14), f32) is None  # 196 outputs
+    assert rule((3, 3), (1, 1), 16, (28, 28), f32, f64) is None  # mixed
+    assert rule((3, 3), (1, 1), 16, (28, 28), f32.astype(np.float16)) is None
+    monkeypatch.setattr(conv, "numpy_gemm", lambda char: None)  # other builds
+    assert rule((3, 3), (1, 1), 16, (28, 28), f32) is None

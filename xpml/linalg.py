@@ -374,6 +374,60 @@ def numpy_lapack(name, char):
     return None
 
 
+@functools.cache
+def numpy_gemm(char):
+    """CBLAS ``?gemm`` of the OpenBLAS in NumPy's wheel for dtype character
+    ``char`` ("d": float64, "f": float32), as a :class:`Gemm`; None for another
+    dtype or where that library or symbol is not found (other builds).
+
+    It reads operands where they lie, given by address and leading dimension,
+    and accumulates into its output (``beta``): what ``np.matmul`` cannot do
+    for a matrix whose rows overlap another's or a sum of products written in
+    place (the kernel rows of a convolution, :mod:`xpml.nn.conv`)."""
+    letter = {"d": "d", "f": "s"}.get(char)
+    try:
+        import ctypes
+
+        import threadpoolctl
+
+        libs = _numpy_openblas(threadpoolctl) if letter else []
+        handle = ctypes.CDLL(libs[0].filepath) if libs else None
+    except (ImportError, OSError, AttributeError, IndexError):
+        return None
+    for prefix, suffix, _ in _LAPACK_NAMES if handle is not None else ():
+        fn = getattr(handle, f"{prefix}cblas_{letter}gemm{suffix[1:]}", None)
+        if fn is not None:
+            return Gemm(fn, np.dtype(char))
+    return None
+
+
+class Gemm:
+    """``C ← op(A) B + beta C`` for row-major operands of one dtype, each given
+    as ``(address, leading dimension)`` in elements (:func:`numpy_gemm`).
+
+    The caller owns the memory: the addresses must point into live arrays of
+    :attr:`dtype` holding the ``m × k`` (``k × m`` with ``trans_a``), ``k × n``
+    and ``m × n`` operands at those leading dimensions. ctypes releases the
+    GIL for the call, so threads can run products side by side."""
+
+    def __init__(self, fn, dtype):
+        import ctypes
+
+        real = ctypes.c_double if dtype == np.float64 else ctypes.c_float
+        big, address, enum = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+        fn.argtypes = [enum, enum, enum, big, big, big, real]
+        fn.argtypes += [address, big, address, big, real, address, big]
+        fn.restype = None
+        self._fn, self.dtype = fn, dtype
+
+    def __call__(self, shape, a, b, c, *, trans_a=False, beta=0.0):
+        """``shape = (m, n, k)``; ``a``, ``b``, ``c`` as ``(address, ld)``."""
+        m, n, k = shape
+        # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
+        op_a = 112 if trans_a else 111
+        self._fn(101, op_a, 111, m, n, k, 1.0, *a, *b, beta, *c)
+
+
 def _numpy_geqrf(char):
     """``geqrf(block) -> R``: LAPACK's ``dgeqrf`` / ``sgeqrf`` (``char`` "d" /
     "f") of the OpenBLAS in NumPy's wheel (:func:`numpy_lapack`), in place on a
