@@ -798,3 +798,23 @@ def test_conv_kernel_row_split_only_where_it_pays(monkeypatch):
     assert rule((3, 3), (1, 1), 16, (28, 28), f32.astype(np.float16)) is None
     monkeypatch.setattr(conv, "numpy_gemm", lambda char: None)  # other builds
     assert rule((3, 3), (1, 1), 16, (28, 28), f32) is None
+
+
+@pytest.mark.parametrize("n, per_image, threads", [(64, 3, 2), (7, 1, 2), (10, 4, 3)])
+def test_conv_image_groups_split_the_images_evenly(monkeypatch, n, per_image, threads):
+    """The threads of a layer's NumPy pass get the images in even shares
+    (differing by at most one), each share cut into blocks of at most the
+    block size in images; together, every image once and in order. (Split by
+    blocks, a short last block left one thread 4 images of 64 behind.)"""
+    from xpml.nn import conv
+
+    monkeypatch.setattr(conv, "host_threads", lambda xp: threads)
+    monkeypatch.setattr(conv, "one_blas_thread", lambda xp: False)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 5 * per_image)  # 5 images a block
+    shares = conv._map_image_groups(lambda blocks, step: blocks, n, per_image, xp=np)
+    assert len(shares) == min(threads, -(-n // 5))  # no thread without a block
+    sizes = [sum(i1 - i0 for i0, i1 in share) for share in shares]
+    assert max(sizes) - min(sizes) <= 1
+    flat = [block for share in shares for block in share]
+    assert all(0 < i1 - i0 <= 5 for i0, i1 in flat)
+    assert [i for i0, i1 in flat for i in range(i0, i1)] == list(range(n))

@@ -517,15 +517,16 @@ def _map_image_groups(task, n, per_image, *, xp):
     """``[task(blocks, step) for each thread's group]``: blocks ``(i0, i1)`` of
     ``step`` images out of ``n``, whose scratch is about :data:`BLOCK_BYTES`."""
     step = max(1, min(n, BLOCK_BYTES // max(per_image, 1)))
-    blocks = [(i, min(i + step, n)) for i in range(0, n, step)]
+    blocks = _image_blocks(0, n, step)
     threads = 1 if one_blas_thread(xp) else min(host_threads(xp), len(blocks))
     limits = _single_threaded_blas(xp) if threads > 1 else None
     if limits is None:
         return [task(blocks, step)]
-    nb = len(blocks)
-    groups = [
-        blocks[t * nb // threads : (t + 1) * nb // threads] for t in range(threads)
-    ]
+    # the images split evenly, then each thread's into blocks: split by
+    # blocks, a short last block left one thread 4 images behind the other
+    # (30 against 34 of 64), ~0.45 ms of a 4 ms forward (issue 14)
+    bounds = [t * n // threads for t in range(threads + 1)]
+    groups = [_image_blocks(lo, hi, step) for lo, hi in zip(bounds, bounds[1:])]
     with limits:  # the calling thread runs the last group
         pool = _workers(os.getpid(), threads - 1)
         futures = [pool.submit(task, group, step) for group in groups[:-1]]
@@ -534,6 +535,11 @@ def _map_image_groups(task, n, per_image, *, xp):
         finally:  # no worker still writing (or sharing the cores) after we return
             concurrent.futures.wait(futures)
         return [f.result() for f in futures] + [last]
+
+
+def _image_blocks(lo, hi, step):
+    """``[(i0, i1), …]``: images ``lo … hi − 1`` in blocks of at most ``step``."""
+    return [(i, min(i + step, hi)) for i in range(lo, hi, step)]
 
 
 @functools.cache
