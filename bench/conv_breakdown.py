@@ -3,9 +3,10 @@
 Each side is timed in blocks of ``--block`` calls (the sides taking turns block
 by block), so that the position of a call in its block shows what the other
 library left running (PyTorch's OpenMP threads spin after its call). Then
-xpml's parts on their own: the forward, the stride-1 backward, and the two
-pieces of work they are made of on NumPy (the window copies and the matrix
-products, at the block sizes the layer uses). Same case as ``xpml bench nn``:
+xpml's parts on their own: the forward, the stride-1 backward, and the
+pieces of work they are made of on NumPy at the block sizes the layer uses:
+the kernel-row split's row-window copies and products (what this layer
+runs since session 16), and the window matrix's copies and products. Same case as ``xpml bench nn``:
 64 images of 28 x 28, 16 -> 32 channels, 3 x 3, padding 1.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv_breakdown.py
@@ -62,15 +63,67 @@ def _cases():
 
 
 def _parts(repeats):
-    """xpml's NumPy work by kind, summed over the layer's blocks of images."""
-    out = _part("forward", 16, 32, repeats)
+    """xpml's NumPy work by kind, summed over the layer's blocks of images:
+    the kernel-row split the layer takes here, and the window matrix it
+    takes where the split does not apply."""
+    out = _row_part("forward", 16, 32, repeats)
+    out.update(_row_part("backward", 32, 16, repeats))
+    out.update(_part("forward", 16, 32, repeats))
     out.update(_part("backward", 32, 16, repeats))
     return out
 
 
+def _row_part(name, C_in, C_out, repeats):
+    """The row-window copies and the k_h = 3 products per image of one pass
+    of the kernel-row split (rows of ``3 * C_in`` values, ``C_out`` columns
+    out; the backward's dW as ``B_iᵀ X``), as many blocks as the layer makes."""
+    from xpml.linalg import numpy_gemm
+    from xpml.nn import conv as C
+
+    rng = np.random.default_rng(1)
+    pad, gemm = ((1, 1), (1, 1)), numpy_gemm("f")
+    step = max(1, C.BLOCK_BYTES // (30 * 28 * 3 * C_in * 4))
+    data = rng.standard_normal((step, 28, 28, C_in)).astype(np.float32)
+    win = C._RowWindows(step, data, (3, 3), pad)
+    win.fill(0, step)
+    K, rows, blocks = win.K, 28 * 28, range(-(-64 // step))  # copies: whole blocks
+    Wm = rng.standard_normal((3, K, C_out)).astype(np.float32)
+    out_ = np.empty((rows, C_out), dtype=np.float32)
+    Xm = rng.standard_normal((rows, C_out)).astype(np.float32)
+    G = np.zeros((3, K, C_out), dtype=np.float32)
+
+    Bs = [[win.kernel_row(m, i) for i in range(3)] for m in range(step)]
+    Wi = [(Wm.ctypes.data + Wm[0].nbytes * i, C_out) for i in range(3)]
+    Gi = [(G.ctypes.data + G[0].nbytes * i, C_out) for i in range(3)]
+    Xa, Za = (Xm.ctypes.data, C_out), (out_.ctypes.data, C_out)
+
+    def products(dW=False):
+        for image in range(64):
+            for i, B in enumerate(Bs[image % step]):
+                if dW:
+                    gemm((K, C_out, rows), B, Xa, Gi[i], trans_a=True, beta=1.0)
+                else:
+                    gemm((rows, C_out, K), B, Wi[i], Za, beta=float(i > 0))
+
+    where = f"{name} (kernel-row split)"
+    out = {
+        f"{where}: row-window copies": _median_ms(
+            lambda: [win.fill(0, step) for _ in blocks], repeats
+        ),
+        f"{where}: 3 products a image ({K}x{C_out})": _median_ms(products, repeats),
+    }
+    if name == "backward":
+        out[f"{where}: 3 products B_i^T X a image (dW)"] = _median_ms(
+            lambda: products(dW=True), repeats
+        )
+    return out
+
+
 def _part(name, C_in, C_out, repeats):
-    """The window copies and products of one pass (windows of ``C_in``
-    channels, ``C_out`` columns out), as many blocks as the layer makes."""
+    """The window-matrix copies and products of one pass (windows of
+    ``C_in`` channels, ``C_out`` columns out), as many blocks as the layer
+    would make; at stride 1 the layer takes them only where the kernel-row
+    split does not apply (thin or small layers, no OpenBLAS of NumPy's)."""
     from xpml.nn import conv as C
 
     rng = np.random.default_rng(1)
