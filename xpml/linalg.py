@@ -357,6 +357,15 @@ def numpy_lapack(name, char):
     does not start a second pool of BLAS threads while theirs still spin
     (SciPy's ``potrf`` after NumPy's Gram products: 77 against 39 ms at
     n = 2,000 on two cores, session 15)."""
+    found = _numpy_openblas_symbol(char, lambda pre, t, post: f"{pre}{t}{name}{post}")
+    return None if found is None else _Lapack(*found)
+
+
+def _numpy_openblas_symbol(char, symbol):
+    """``(function, ctypes integer type)``: the routine of NumPy's wheel
+    OpenBLAS named ``symbol(prefix, type letter, suffix)`` for dtype
+    character ``char``, over the wheels' naming schemes (``_LAPACK_NAMES``);
+    None for another dtype or where that library or symbol is not found."""
     letter = {"d": "d", "f": "s"}.get(char)
     try:
         import ctypes
@@ -368,9 +377,9 @@ def numpy_lapack(name, char):
     except (ImportError, OSError, AttributeError, IndexError):
         return None
     for prefix, suffix, int_t in _LAPACK_NAMES if handle is not None else ():
-        fn = getattr(handle, f"{prefix}{letter}{name}{suffix}", None)
+        fn = getattr(handle, symbol(prefix, letter, suffix), None)
         if fn is not None:
-            return _Lapack(fn, getattr(ctypes, int_t))
+            return fn, getattr(ctypes, int_t)
     return None
 
 
@@ -384,21 +393,11 @@ def numpy_gemm(char):
     and accumulates into its output (``beta``): what ``np.matmul`` cannot do
     for a matrix whose rows overlap another's or a sum of products written in
     place (the kernel rows of a convolution, :mod:`xpml.nn.conv`)."""
-    letter = {"d": "d", "f": "s"}.get(char)
-    try:
-        import ctypes
-
-        import threadpoolctl
-
-        libs = _numpy_openblas(threadpoolctl) if letter else []
-        handle = ctypes.CDLL(libs[0].filepath) if libs else None
-    except (ImportError, OSError, AttributeError, IndexError):
-        return None
-    for prefix, suffix, _ in _LAPACK_NAMES if handle is not None else ():
-        fn = getattr(handle, f"{prefix}cblas_{letter}gemm{suffix[1:]}", None)
-        if fn is not None:
-            return Gemm(fn, np.dtype(char))
-    return None
+    # CBLAS names carry the suffix without its leading underscore
+    found = _numpy_openblas_symbol(
+        char, lambda pre, t, post: f"{pre}cblas_{t}gemm{post[1:]}"
+    )
+    return None if found is None else Gemm(found[0], np.dtype(char))
 
 
 class Gemm:
