@@ -92,7 +92,7 @@ def _row_part(name, C_in, C_out, repeats):
     Xm = rng.standard_normal((rows, C_out)).astype(np.float32)
     G = np.zeros((3, K, C_out), dtype=np.float32)
 
-    Bs = [[win.kernel_row(m, i) for i in range(3)] for m in range(step)]
+    Bs = [[(a, K) for a in win.kernel_rows(m)] for m in range(step)]
     Wi = [(Wm.ctypes.data + Wm[0].nbytes * i, C_out) for i in range(3)]
     Gi = [(G.ctypes.data + G[0].nbytes * i, C_out) for i in range(3)]
     Xa, Za = (Xm.ctypes.data, C_out), (out_.ctypes.data, C_out)

@@ -316,3 +316,11 @@ def test_numpy_gemm_reads_operands_where_they_lie(dtype):
     gemm((5, 3, 7), at(A), at(E), at(out), trans_a=True)
     np.testing.assert_allclose(out[:5, :3], A.T @ E, rtol=tol, atol=tol)
     assert not out[5:].any() and not out[:, 3:].any()  # nothing past the corner
+    from xpml.linalg import CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS
+
+    direct = np.zeros((5, 3), dtype=dtype)  # the routine itself, CBLAS's arguments
+    plain, order = CBLAS_NO_TRANS, CBLAS_ROW_MAJOR
+    gemm.cblas(
+        order, CBLAS_TRANS, plain, 5, 3, 7, 2.0, *at(A), *at(E), 0.0, *at(direct)
+    )
+    np.testing.assert_allclose(direct, 2 * A.T @ E, rtol=tol, atol=tol)

@@ -400,6 +400,10 @@ def numpy_gemm(char):
     return None if found is None else Gemm(found[0], np.dtype(char))
 
 
+#: CBLAS's enumerators (``cblas.h``) for :attr:`Gemm.cblas`
+CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
+
+
 class Gemm:
     """``C ← op(A) B + beta C`` for row-major operands of one dtype, each given
     as ``(address, leading dimension)`` in elements (:func:`numpy_gemm`).
@@ -407,7 +411,12 @@ class Gemm:
     The caller owns the memory: the addresses must point into live arrays of
     :attr:`dtype` holding the ``m × k`` (``k × m`` with ``trans_a``), ``k × n``
     and ``m × n`` operands at those leading dimensions. ctypes releases the
-    GIL for the call, so threads can run products side by side."""
+    GIL for the call, so threads can run products side by side.
+
+    :attr:`cblas` is the routine itself, with CBLAS's arguments (``order,
+    op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc``; the
+    ``CBLAS_*`` constants above): a loop making hundreds of small products
+    calls it directly, ~0.5 µs a call less than through this wrapper."""
 
     def __init__(self, fn, dtype):
         import ctypes
@@ -417,14 +426,14 @@ class Gemm:
         fn.argtypes = [enum, enum, enum, big, big, big, real]
         fn.argtypes += [address, big, address, big, real, address, big]
         fn.restype = None
-        self._fn, self.dtype = fn, dtype
+        self.cblas, self.dtype = fn, dtype
 
     def __call__(self, shape, a, b, c, *, trans_a=False, beta=0.0):
         """``shape = (m, n, k)``; ``a``, ``b``, ``c`` as ``(address, ld)``."""
         m, n, k = shape
-        # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
-        op_a = 112 if trans_a else 111
-        self._fn(101, op_a, 111, m, n, k, 1.0, *a, *b, beta, *c)
+        op_a = CBLAS_TRANS if trans_a else CBLAS_NO_TRANS
+        order, op_b = CBLAS_ROW_MAJOR, CBLAS_NO_TRANS
+        self.cblas(order, op_a, op_b, m, n, k, 1.0, *a, *b, beta, *c)
 
 
 def _numpy_geqrf(char):

@@ -60,6 +60,9 @@ import array_api_extra as xpx
 import numpy as np
 
 from xpml.linalg import (
+    CBLAS_NO_TRANS,
+    CBLAS_ROW_MAJOR,
+    CBLAS_TRANS,
     _single_threaded_blas,
     host_threads,
     numpy_gemm,
@@ -649,6 +652,7 @@ class _RowWindows:
         self.Q = np.empty(self.V.shape, dtype=X.dtype)
         self._base, self._image = self.Q.ctypes.data, self.Q[0].nbytes
         self._row = self.V.shape[2] * self.K * X.dtype.itemsize
+        self._kh = kernel[0]
 
     def fill(self, i0, i1):
         """The row windows of images ``i0 … i1 − 1`` (the margins stay zero)."""
@@ -656,10 +660,11 @@ class _RowWindows:
         self.P[:n, self.interior[0], self.interior[1], :] = self.X[i0:i1]
         np.copyto(self.Q[:n], self.V[:n])
 
-    def kernel_row(self, m, i):
-        """``(address, leading dimension)`` of kernel row ``i``'s window rows
-        of the block's ``m``-th image."""
-        return (self._base + m * self._image + i * self._row, self.K)
+    def kernel_rows(self, m):
+        """Addresses of each kernel row's window rows of the block's ``m``-th
+        image (leading dimension :attr:`K`)."""
+        start = self._base + m * self._image
+        return [start + i * self._row for i in range(self._kh)]
 
 
 def _row_window_view(P, kw):
@@ -688,19 +693,22 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
     Z = np.empty((N * rows, Co), dtype=X.dtype)
     w0, z0 = Wm.ctypes.data, Z.ctypes.data
 
+    cblas, order, plain = gemm.cblas, CBLAS_ROW_MAJOR, CBLAS_NO_TRANS
+    betas = [0.0 if b is None else 1.0] + [1.0] * (kh - 1)  # the bias first
+
     def task(blocks, step):
         windows = _RowWindows(step, X, (kh, kw), pad)
         K = windows.K
-        Wi = [(w0 + i * K * Co * size, Co) for i in range(kh)]
+        Wi = [w0 + i * K * Co * size for i in range(kh)]
         for i0, i1 in blocks:
             windows.fill(i0, i1)
             if b is not None:
                 Z[i0 * rows : i1 * rows] = b
             for m in range(i1 - i0):
-                out = (z0 + (i0 + m) * rows * Co * size, Co)
-                for i in range(kh):
-                    beta = 0.0 if i == 0 and b is None else 1.0
-                    gemm((rows, Co, K), windows.kernel_row(m, i), Wi[i], out, beta=beta)
+                out = z0 + (i0 + m) * rows * Co * size
+                for i, A in enumerate(windows.kernel_rows(m)):  # Z += A_i W_i
+                    args = (rows, Co, K, 1.0, A, K, Wi[i], Co, betas[i], out, Co)
+                    cblas(order, plain, plain, *args)
 
     _map_image_groups(task, N, _row_window_bytes(X, kw, pad), xp=xp)
     return np.reshape(Z, (N, Ho, Wo, Co))
@@ -718,21 +726,26 @@ def _backward_s1_rows(X, dZ, W, pad, gemm, *, xp):
     rows, size = H * Wd, X.dtype.itemsize
     w0, x0, d0 = W_rot.ctypes.data, Xc.ctypes.data, dX.ctypes.data
 
+    cblas, order = gemm.cblas, CBLAS_ROW_MAJOR
+    plain, trans = CBLAS_NO_TRANS, CBLAS_TRANS
+
     def task(blocks, step):
         windows = _RowWindows(step, dZ, (kh, kw), pad)
         K = windows.K
         G = np.zeros((kh, K, Ci), dtype=X.dtype)  # this thread's dW_rotᵀ
-        Wi = [(w0 + i * K * Ci * size, Ci) for i in range(kh)]
-        Gi = [(G.ctypes.data + i * K * Ci * size, Ci) for i in range(kh)]
+        Wi = [w0 + i * K * Ci * size for i in range(kh)]
+        Gi = [G.ctypes.data + i * K * Ci * size for i in range(kh)]
         for i0, i1 in blocks:
             windows.fill(i0, i1)
             for m in range(i1 - i0):
-                image = (i0 + m) * rows * Ci * size
-                dXm, Xm = (d0 + image, Ci), (x0 + image, Ci)
-                for i in range(kh):
-                    B = windows.kernel_row(m, i)
-                    gemm((rows, Ci, K), B, Wi[i], dXm, beta=float(i > 0))
-                    gemm((K, Ci, rows), B, Xm, Gi[i], trans_a=True, beta=1.0)
+                dXm = d0 + (i0 + m) * rows * Ci * size
+                Xm = x0 + (i0 + m) * rows * Ci * size
+                for i, B in enumerate(windows.kernel_rows(m)):
+                    beta = 1.0 if i else 0.0  # dX = Σ_i B_i W_rot,i
+                    args = (rows, Ci, K, 1.0, B, K, Wi[i], Ci, beta, dXm, Ci)
+                    cblas(order, plain, plain, *args)
+                    args = (K, Ci, rows, 1.0, B, K, Xm, Ci, 1.0, Gi[i], Ci)
+                    cblas(order, trans, plain, *args)  # G_i += B_iᵀ X
         return G
 
     parts = _map_image_groups(task, N, _row_window_bytes(dZ, kw, pad), xp=xp)
