@@ -383,14 +383,21 @@ def _inv_sq_frobenius_lapack(L, /, *, xp, overwrite=False):
     if done is not None:  # False: a zero on L's diagonal, found before any write
         if not done:
             return _inv_sq_frobenius_portable(L, xp=xp)
-        return xp.sum(Linv * Linv)  # L's strict upper part is zero
+        return _squared_norm(Linv)  # L's strict upper part is zero
     if _lapack_funcs is None:
         return _inv_sq_frobenius_portable(L, xp=xp)
     (trtri,) = _lapack_funcs(("trtri",), (L,))
     Linv, info = trtri(L.T, lower=0, overwrite_c=int(bool(overwrite)))
     if info != 0:  # only for a singular L, which a successful potrf never gives
         return _inv_sq_frobenius_portable(L, xp=xp)
-    return xp.sum(Linv * Linv)
+    return _squared_norm(Linv)
+
+
+def _squared_norm(M):
+    """``Σ M²`` of a contiguous (C or Fortran) NumPy matrix as one dot product
+    of its memory with itself: no ``n × n`` temporary (200 MB at n = 5,000)."""
+    v = np.ravel(M, order="K")
+    return np.dot(v, v)
 
 
 @fast_path("kernel_ridge.inv_sq_frobenius", "torch", example=_inv_example)
