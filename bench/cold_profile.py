@@ -3,7 +3,8 @@
 For each chosen bench case, each side (xpml and its reference) runs in a fresh
 process started by the bench harness's own mechanism
 (:class:`xpml.bench._cold.ColdRunner`: forked from a server that has only
-imported the libraries; data and models come pickled with the case, so imports
+imported the libraries, or with ``--mode spawn`` a new interpreter each, as
+``xpml bench`` starts its cold calls; data and models come pickled with the case, so imports
 and data creation are not timed). That process times the first and the second
 call (``time.perf_counter``); this is repeated ``--repeats`` times (median).
 One more fresh process per side runs both calls under cProfile: what the first
@@ -273,12 +274,13 @@ class ProfileBench(Bench):
         on_row=None,
         n=(),
         prefault_mb=1024,
+        mode="fork",
     ):
         super().__init__(cold="off", repeats=repeats)
         self.n = list(n)
         self.case_filter, self.skip = list(cases), list(skip)
         self.rows = []
-        self.runner = ColdRunner("fork", preload=preload, prefault_mb=prefault_mb)
+        self.runner = ColdRunner(mode, preload=preload, prefault_mb=prefault_mb)
         self.runner.start()
         self.say, self.on_row = echo, on_row
 
@@ -388,7 +390,12 @@ def _write(bench, args, elapsed):
         fh.write(
             f"\n\n`python bench/cold_profile.py {' '.join(sys.argv[1:])}` "
             f"({elapsed:.0f} s). Times in ms: 1st and 2nd call in one fresh process "
-            f"(forked from the bench's server: imports and data not timed), median "
+            + (
+                "(forked from the bench's server"
+                if args.mode == "fork"
+                else "(a new interpreter each, as xpml bench's cold calls"
+            )
+            + f": imports and data not timed), median "
             f"of {args.repeats} processes (1 for calls over {LONG_S:.0f} s), "
             f"BLAS threads: {args.blas_threads or 'default'}. One-time "
             "costs: what the 1st call spent beyond the 2nd, by function, from one "
@@ -434,6 +441,12 @@ def main(argv=None):
         help="MB touched and freed before each fresh process, as xpml bench "
         "--cold-prefault-mb (0: the machine as it is)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("fork", "spawn"),
+        default="fork",
+        help="how each fresh process starts (xpml bench's cold calls: spawn)",
+    )
     p.add_argument("--out", default=None, help="markdown file (and .json beside it)")
     p.add_argument(
         "--blas-threads",
@@ -455,6 +468,7 @@ def main(argv=None):
         preload=preload,
         n=args.n,
         prefault_mb=args.prefault_mb,
+        mode=args.mode,
         on_row=lambda: args.out and _write(bench, args, time.perf_counter() - t0),
     )
     print(HEADER)
