@@ -1,8 +1,10 @@
-"""xpml.utils.memory.keep_freed_memory: glibc's malloc thresholds (issue 16).
+"""xpml.utils.memory: glibc's malloc thresholds (issue 16), fixed by
+keep_freed_memory or raised (with the heap's next 32 MB on huge pages) by
+prepare_heap on xpml's first public call.
 
-The allocator's setting is process-wide and permanent, so every test that
-lets it take effect runs in a child process; the ones here only call it
-with a stand-in for ``mallopt``.
+The allocator's state is process-wide and permanent, so every test that
+lets a change take effect runs in a child process; the ones here only call
+them with stand-ins for the C library's functions.
 """
 
 import math
@@ -117,3 +119,151 @@ def test_bad_sizes(monkeypatch, mb):
 def test_bad_types(mb):
     with pytest.raises(TypeError, match="mb must be a number of megabytes"):
         memory.keep_freed_memory(mb)
+
+
+# ------------------------------------------------ prepare_heap (first call)
+
+# the third round's faults, and the first round's, after the step the mode names
+_PREPARED_ROUNDS = """
+import resource, sys
+import numpy as np
+mode = sys.argv[1]
+if mode == "prepare":
+    from xpml.utils.memory import prepare_heap
+    print(prepare_heap(), file=sys.stderr)
+elif mode == "public call":  # any public call prepares the heap
+    from xpml.linear_model import Ridge
+    Ridge().fit(np.arange(6.0).reshape(3, 2), np.arange(3.0))
+
+def faults_of_one_round():
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [np.ones(1 << 17) for _ in range(16)]  # 16 x 1 MB, every page written
+    del blocks
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+
+rounds = [faults_of_one_round() for _ in range(3)]
+print(rounds[0], rounds[-1])
+"""
+
+
+def _rounds_after(mode, env=None):
+    out = subprocess.run(
+        [sys.executable, "-c", _PREPARED_ROUNDS, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    first, third = out.stdout.split()
+    return int(first), int(third)
+
+
+def _huge_pages_on_advice():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            mode = fh.read()
+    except OSError:
+        return False
+    return "[always]" in mode or "[madvise]" in mode
+
+
+@pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")
+@pytest.mark.parametrize("mode", ["prepare", "public call"])
+def test_a_prepared_heap_reuses_freed_memory(mode):
+    """After the first public call (or prepare_heap itself) the 16 MB freed at
+    the end of a round stay for the next: the third round touches no fresh page;
+    without it (the first test above) it faults 4,096 pages again."""
+    assert _rounds_after(mode)[1] < 300
+
+
+@pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")
+def test_the_environment_variable_turns_the_preparation_off():
+    _, third = _rounds_after("public call", env={memory.PREPARE_ENV: "0"})
+    assert third > 3000
+
+
+@pytest.mark.skipif(
+    not (_is_glibc() and _huge_pages_on_advice()),
+    reason="glibc's malloc and transparent huge pages on advice",
+)
+def test_a_prepared_heap_faults_in_huge_pages():
+    """16 MB touched for the first time: 4,096 faults of 4 KB pages by default
+    (the first round of the default mode), a few dozen 2 MB ones after."""
+    assert _third_round_faults("default") > 3000  # the rounds are alike then
+    first, _ = _rounds_after("prepare")
+    assert first < 1000
+
+
+class _FakeLibc:
+    """malloc / free / madvise that record their calls; blocks at ``base``."""
+
+    def __init__(self, base=(7 << 20) + 4096):
+        self.base, self.calls = base, []
+
+    def malloc(self, size):
+        self.calls.append(("malloc", size))
+        return self.base
+
+    def free(self, address):
+        self.calls.append(("free", address))
+
+    def madvise(self, address, size, advice):
+        self.calls.append(("madvise", address, size, advice))
+        return 0
+
+
+def test_prepare_heap_frees_two_blocks_and_marks_the_second(monkeypatch):
+    """One block freed (the thresholds), the same size again marked on its
+    whole huge pages only, then freed; nothing on later calls."""
+    fake = _FakeLibc()
+    monkeypatch.setattr(memory, "_prepared", False)
+    monkeypatch.setattr(memory, "_glibc_functions", lambda: fake)
+    monkeypatch.delenv(memory.PREPARE_ENV, raising=False)
+    got = memory.prepare_heap()
+    size, huge = memory._RAISING_BLOCK, memory._HUGE_PAGE
+    start = 8 << 20  # the first 2 MB boundary past base
+    stop = (fake.base + size) // huge * huge
+    assert got == {"thresholds_raised": True, "huge_pages": True}
+    assert fake.calls == [
+        ("malloc", size),
+        ("free", fake.base),
+        ("malloc", size),
+        ("madvise", start, stop - start, memory.mmap.MADV_HUGEPAGE),
+        ("free", fake.base),
+    ]
+    assert start % huge == 0 and stop - start == 15 * huge
+    assert memory.prepare_heap() is None
+    assert len(fake.calls) == 5
+
+
+@pytest.mark.parametrize("why", ["environment", "not glibc", "no memory"])
+def test_prepare_heap_leaves_the_heap(monkeypatch, why):
+    fake = _FakeLibc(base=0 if why == "no memory" else 1 << 30)
+    monkeypatch.setattr(memory, "_prepared", False)
+    monkeypatch.setattr(
+        memory, "_glibc_functions", lambda: None if why == "not glibc" else fake
+    )
+    monkeypatch.setenv(memory.PREPARE_ENV, "0" if why == "environment" else "1")
+    assert memory.prepare_heap() is None
+    assert fake.calls == (
+        [("malloc", memory._RAISING_BLOCK)] if why == "no memory" else []
+    )
+
+
+def test_every_public_call_goes_through_one_preparation(monkeypatch):
+    """xpml._backend.enter prepares the heap on the first call only."""
+    from xpml import _backend
+
+    seen = []
+    monkeypatch.setattr(_backend, "_heap_prepared", False)
+    monkeypatch.setattr(_backend, "prepare_heap", lambda: seen.append(1))
+    for _ in range(3):
+        _backend.enter([1.0, 2.0])
+    assert seen == [1]
+
+
+@pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")
+def test_glibc_functions_are_found():
+    libc = memory._glibc_functions()
+    assert libc is not None and libc.malloc.restype is memory.ctypes.c_void_p

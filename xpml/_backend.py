@@ -31,6 +31,7 @@ import numpy as np
 
 from xpml.utils._array_api import LIBRARIES, namespace_name
 from xpml.utils._array_api import device as array_device
+from xpml.utils.memory import prepare_heap
 
 __all__ = [
     "BACKENDS",
@@ -399,6 +400,17 @@ class Context:
         return self.out_xp is not self.xp
 
 
+_heap_prepared = False
+
+
+def _prepare_heap():
+    """The first public call's one-time allocator step
+    (:func:`xpml.utils.memory.prepare_heap`)."""
+    global _heap_prepared
+    _heap_prepared = True
+    prepare_heap()
+
+
 def enter(*arrays, names=None):
     """Resolve the compute namespace for one public call.
 
@@ -417,6 +429,8 @@ def enter(*arrays, names=None):
         The arrays moved to the compute namespace (array-likes become NumPy
         arrays first; None stays None).
     """
+    if not _heap_prepared:
+        _prepare_heap()
     names = (
         list(names)
         if names is not None
