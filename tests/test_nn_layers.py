@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -811,8 +813,26 @@ def test_conv_image_groups_split_the_images_evenly(monkeypatch, n, per_image, th
     monkeypatch.setattr(conv, "host_threads", lambda xp: threads)
     monkeypatch.setattr(conv, "one_blas_thread", lambda xp: False)
     monkeypatch.setattr(conv, "BLOCK_BYTES", 5 * per_image)  # 5 images a block
-    shares = conv._map_image_groups(lambda blocks, step: blocks, n, per_image, xp=np)
+    made = []  # (step, thread) of each scratch
+
+    def scratch(step):
+        made.append((step, threading.get_ident()))
+        return object()
+
+    got = conv._map_image_groups(
+        lambda blocks, own: (blocks, own, threading.get_ident()),
+        n,
+        per_image,
+        scratch,
+        xp=np,
+    )
+    shares = [blocks for blocks, _, _ in got]
     assert len(shares) == min(threads, -(-n // 5))  # no thread without a block
+    # one scratch per group, each made in the calling thread, each task its own
+    assert made == [(min(5, n), threading.get_ident())] * len(shares)
+    assert len({id(own) for _, own, _ in got}) == len(shares)
+    if len(shares) > 1:  # the other groups ran on the workers
+        assert len({thread for _, _, thread in got}) > 1
     sizes = [sum(i1 - i0 for i0, i1 in share) for share in shares]
     assert max(sizes) - min(sizes) <= 1
     flat = [block for share in shares for block in share]

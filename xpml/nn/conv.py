@@ -516,25 +516,37 @@ BLOCK_BYTES = 2**20
 """Scratch of one image block on NumPy (its windows, or its dZ grid and product)."""
 
 
-def _map_image_groups(task, n, per_image, *, xp):
-    """``[task(blocks, step) for each thread's group]``: blocks ``(i0, i1)`` of
-    ``step`` images out of ``n``, whose scratch is about :data:`BLOCK_BYTES`."""
+def _map_image_groups(task, n, per_image, scratch, *, xp):
+    """``[task(blocks, scratch(step)) for each thread's group]``: blocks
+    ``(i0, i1)`` of ``step`` images out of ``n``, whose scratch (made by
+    ``scratch(step)``) is about :data:`BLOCK_BYTES`. Every group's scratch is
+    made here, in the calling thread (issue 16): a worker thread's
+    allocations come from glibc's arena of that thread, 4 KB pages that a
+    fresh process faults in at its first calls, where the calling thread's
+    heap was made ready by :func:`xpml.utils.memory.prepare_heap`. The
+    bench's layer (fwd+bwd, 64 images, 2 threads) in a fresh process: its
+    first call took 2,460 page faults before, 1,840-2,230 after (the rest
+    are its outputs and OpenBLAS's own packing buffers)."""
     step = max(1, min(n, BLOCK_BYTES // max(per_image, 1)))
     blocks = _image_blocks(0, n, step)
     threads = 1 if one_blas_thread(xp) else min(host_threads(xp), len(blocks))
     limits = _single_threaded_blas(xp) if threads > 1 else None
     if limits is None:
-        return [task(blocks, step)]
+        return [task(blocks, scratch(step))]
     # the images split evenly, then each thread's into blocks: split by
     # blocks, a short last block left one thread 4 images behind the other
     # (30 against 34 of 64), ~0.45 ms of a 4 ms forward (issue 14)
     bounds = [t * n // threads for t in range(threads + 1)]
     groups = [_image_blocks(lo, hi, step) for lo, hi in zip(bounds, bounds[1:])]
+    scratches = [scratch(step) for _ in groups]
     with limits:  # the calling thread runs the last group
         pool = _workers(os.getpid(), threads - 1)
-        futures = [pool.submit(task, group, step) for group in groups[:-1]]
+        futures = [
+            pool.submit(task, group, own)
+            for group, own in zip(groups[:-1], scratches[:-1])
+        ]
         try:
-            last = task(groups[-1], step)
+            last = task(groups[-1], scratches[-1])
         finally:  # no worker still writing (or sharing the cores) after we return
             concurrent.futures.wait(futures)
         return [f.result() for f in futures] + [last]
@@ -696,8 +708,7 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
     cblas, order, plain = gemm.cblas, CBLAS_ROW_MAJOR, CBLAS_NO_TRANS
     betas = [0.0 if b is None else 1.0] + [1.0] * (kh - 1)  # the bias first
 
-    def task(blocks, step):
-        windows = _RowWindows(step, X, (kh, kw), pad)
+    def task(blocks, windows):
         K = windows.K
         Wi = [w0 + i * K * Co * size for i in range(kh)]
         for i0, i1 in blocks:
@@ -710,7 +721,10 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
                     args = (rows, Co, K, 1.0, A, K, Wi[i], Co, betas[i], out, Co)
                     cblas(order, plain, plain, *args)
 
-    _map_image_groups(task, N, _row_window_bytes(X, kw, pad), xp=xp)
+    def scratch(step):
+        return _RowWindows(step, X, (kh, kw), pad)
+
+    _map_image_groups(task, N, _row_window_bytes(X, kw, pad), scratch, xp=xp)
     return np.reshape(Z, (N, Ho, Wo, Co))
 
 
@@ -729,10 +743,13 @@ def _backward_s1_rows(X, dZ, W, pad, gemm, *, xp):
     cblas, order = gemm.cblas, CBLAS_ROW_MAJOR
     plain, trans = CBLAS_NO_TRANS, CBLAS_TRANS
 
-    def task(blocks, step):
+    def scratch(step):
         windows = _RowWindows(step, dZ, (kh, kw), pad)
+        return windows, np.zeros((kh, windows.K, Ci), dtype=X.dtype)
+
+    def task(blocks, own):
+        windows, G = own  # G: this thread's dW_rotᵀ
         K = windows.K
-        G = np.zeros((kh, K, Ci), dtype=X.dtype)  # this thread's dW_rotᵀ
         Wi = [w0 + i * K * Ci * size for i in range(kh)]
         Gi = [G.ctypes.data + i * K * Ci * size for i in range(kh)]
         for i0, i1 in blocks:
@@ -748,7 +765,7 @@ def _backward_s1_rows(X, dZ, W, pad, gemm, *, xp):
                     cblas(order, trans, plain, *args)  # G_i += B_iᵀ X
         return G
 
-    parts = _map_image_groups(task, N, _row_window_bytes(dZ, kw, pad), xp=xp)
+    parts = _map_image_groups(task, N, _row_window_bytes(dZ, kw, pad), scratch, xp=xp)
     G = np.reshape(sum(parts[1:], parts[0]), (kh, kw, Co, Ci))
     dW = np.flip(G, axis=(0, 1)).swapaxes(2, 3)
     return np.reshape(dX, X.shape), np.ascontiguousarray(dW)
@@ -789,15 +806,17 @@ def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
     if in_place:
         b_row = np.reshape(np.broadcast_to(b, (Wo, Co)), (-1,))
 
-    def task(blocks, step):
-        windows = _BlockWindows(step, X, kernel, stride, pad)
+    def task(blocks, windows):
         for i0, i1 in blocks:
             Zb = np.matmul(windows.fill(i0, i1), Wm, out=Z[i0 * per : i1 * per])
             if in_place:  # along rows of W_out·C_out (long runs), in cache
                 Zb = np.reshape(Zb, (-1, b_row.shape[0]))
                 Zb += b_row
 
-    _map_image_groups(task, X.shape[0], per_image, xp=xp)
+    def scratch(step):
+        return _BlockWindows(step, X, kernel, stride, pad)
+
+    _map_image_groups(task, X.shape[0], per_image, scratch, xp=xp)
     if b is not None and not in_place:
         Z = Z + b
     return np.reshape(Z, (X.shape[0], Ho, Wo, Co))
@@ -830,14 +849,16 @@ def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
     per, per_image = dZ.shape[1] * dZ.shape[2], _window_sizes(X, kernel, stride, pad)[2]
     dZm = np.reshape(dZ, (-1, Co))
 
-    def task(blocks, step):
-        windows = _BlockWindows(step, X, kernel, stride, pad)
+    def task(blocks, windows):
         dW = 0
         for i0, i1 in blocks:
             dW = dW + windows.fill(i0, i1).T @ dZm[i0 * per : i1 * per]
         return dW
 
-    parts = _map_image_groups(task, X.shape[0], per_image, xp=xp)
+    def scratch(step):
+        return _BlockWindows(step, X, kernel, stride, pad)
+
+    parts = _map_image_groups(task, X.shape[0], per_image, scratch, xp=xp)
     return np.reshape(sum(parts[1:], parts[0]), (*kernel, X.shape[3], Co))
 
 
@@ -936,11 +957,15 @@ def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp, X=None):
     dXt = np.empty((Ci, N, H, Wd), dtype=dtype)
     geometry, pad = (grid, crop, (kh, kw)), _both_sides(padding)
 
-    def task(blocks, step):
+    def scratch(step):
         cols = np.zeros((Wm.shape[0], offsets[-1] + step * cells), dtype=dtype)
         terms = _shifted_terms(cols, (kh, kw), grid[1], step * cells)
         bufs = (np.zeros(step * cells * Co, dtype=dtype), cols, terms)
         windows = None if X is None else _BlockWindows(step, X, (kh, kw), (1, 1), pad)
+        return bufs, windows
+
+    def task(blocks, own):
+        bufs, windows = own
         dW = 0
         for i0, i1 in blocks:
             if windows is not None:  # dZ's block is in cache for both
@@ -949,7 +974,7 @@ def _fold_s1_numpy(dZ, W, input_hw, padding, *, xp, X=None):
         return dW
 
     per_image = cells * (Co + Wm.shape[0] + Ci) * np.dtype(dtype).itemsize
-    parts = _map_image_groups(task, N, per_image, xp=xp)
+    parts = _map_image_groups(task, N, per_image, scratch, xp=xp)
     dX = np.transpose(dXt, (1, 2, 3, 0))  # NHWC view
     if X is None:
         return dX, None
@@ -964,13 +989,15 @@ def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
     dX = np.empty((N * H * Wd, Ci), dtype=np.result_type(dZ, W))
     per = H * Wd
 
-    def task(blocks, step):
-        windows = _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
+    def task(blocks, windows):
         for i0, i1 in blocks:
             np.matmul(windows.fill(i0, i1), W_rot, out=dX[i0 * per : i1 * per])
 
+    def scratch(step):
+        return _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
+
     per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
-    _map_image_groups(task, N, per_image, xp=xp)
+    _map_image_groups(task, N, per_image, scratch, xp=xp)
     return np.reshape(dX, (N, H, Wd, Ci))
 
 
@@ -1046,8 +1073,7 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
     Xm = np.reshape(np.ascontiguousarray(X), (-1, Ci))
     dX, per = np.empty_like(Xm), H * Wd
 
-    def task(blocks, step):
-        windows = _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
+    def task(blocks, windows):
         dW_rot = 0
         for i0, i1 in blocks:
             B = windows.fill(i0, i1)
@@ -1055,8 +1081,11 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
             dW_rot = dW_rot + Xm[i0 * per : i1 * per].T @ B  # (C_in, k_h·k_w·C_out)
         return dW_rot
 
+    def scratch(step):
+        return _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
+
     per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
-    parts = _map_image_groups(task, N, per_image, xp=xp)
+    parts = _map_image_groups(task, N, per_image, scratch, xp=xp)
     dW_rot = np.reshape(sum(parts[1:], parts[0]), (Ci, kh, kw, Co))
     dW = np.transpose(np.flip(dW_rot, axis=(1, 2)), (1, 2, 0, 3))
     return np.reshape(dX, X.shape), np.ascontiguousarray(dW)
