@@ -41,15 +41,22 @@ def _is_glibc():
         return False
 
 
-def _third_round_faults(mode):
+def _run_script(script, mode, env=None):
+    """The standard output of ``script`` run with argument ``mode`` in a new
+    interpreter (``env``: variables added to this process's environment)."""
     out = subprocess.run(
-        [sys.executable, "-c", _ROUNDS, mode],
+        [sys.executable, "-c", script, mode],
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
-    return int(out.stdout.strip())
+    return out.stdout
+
+
+def _third_round_faults(mode):
+    return int(_run_script(_ROUNDS, mode).strip())
 
 
 @pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")
@@ -147,15 +154,7 @@ print(rounds[0], rounds[-1])
 
 
 def _rounds_after(mode, env=None):
-    out = subprocess.run(
-        [sys.executable, "-c", _PREPARED_ROUNDS, mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
-    first, third = out.stdout.split()
+    first, third = _run_script(_PREPARED_ROUNDS, mode, env).split()
     return int(first), int(third)
 
 
