@@ -36,10 +36,11 @@ it off):
 
 Measured on the project's VM, a fresh process, Newton ``LogisticRegression``
 on 100,000 x 50: first fit 67.5-68.9 ms (4,800 page faults) and every later
-fit 63-65 ms (2,300-2,400 faults each) with ``XPML_PREPARE_HEAP=0``; first fit
-65.4-65.7 ms (1,600-1,700 faults), later ones 60-62 ms (none) with both steps. The process may then keep up to 64 MB of freed
-memory at the top of its heap (as any process that freed such a block does),
-and its resident memory grows in 2 MB steps within the marked 32 MB.
+fit 63-65 ms (2,300-2,400 faults each) with ``XPML_PREPARE_HEAP=0``; first
+fit 65.4-65.7 ms (1,600-1,700 faults), later ones 60-62 ms (none) with both
+steps. The process may then keep up to 64 MB of freed memory at the top of
+its heap (as any process that freed such a block does), and its resident
+memory grows in 2 MB steps within the marked 32 MB.
 
 xpml does not *set* the thresholds: a fixed setting is process-wide and
 permanent, turns off glibc's own raising, and it is the application's choice.
@@ -98,7 +99,7 @@ PREPARE_ENV = "XPML_PREPARE_HEAP"
 #: the block :func:`prepare_heap` frees: glibc raises its thresholds on freeing
 #: a mapped block whose size, with its header and page rounding (and the flag
 #: glibc keeps in the size's low bits), stays at most the 32 MB ceiling
-_RAISING_BLOCK = _MMAP_THRESHOLD_MAX - 2 * 4096
+_RAISING_BLOCK = _MMAP_THRESHOLD_MAX - 2 * mmap.PAGESIZE
 
 #: a transparent huge page on x86-64 and most 64-bit Linux (bytes)
 _HUGE_PAGE = 2 << 20
