@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from xpml.utils import memory
@@ -141,6 +142,9 @@ if mode == "prepare":
 elif mode == "public call":  # any public call prepares the heap
     from xpml.linear_model import Ridge
     Ridge().fit(np.arange(6.0).reshape(3, 2), np.arange(3.0))
+elif mode == "layer call":  # a layer's call too
+    from xpml.nn import ReLU
+    ReLU().forward(np.ones((2, 2)))
 
 def faults_of_one_round():
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -168,7 +172,7 @@ def _huge_pages_on_advice():
 
 
 @pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")
-@pytest.mark.parametrize("mode", ["prepare", "public call"])
+@pytest.mark.parametrize("mode", ["prepare", "public call", "layer call"])
 def test_a_prepared_heap_reuses_freed_memory(mode):
     """After the first public call (or prepare_heap itself) the 16 MB freed at
     the end of a round stay for the next: the third round touches no fresh page;
@@ -260,6 +264,29 @@ def test_every_public_call_goes_through_one_preparation(monkeypatch):
     for _ in range(3):
         _backend.enter([1.0, 2.0])
     assert seen == [1]
+
+
+@pytest.mark.parametrize("first", ["enter", "layer", "loss"])
+def test_layers_and_losses_prepare_the_heap_too(monkeypatch, first):
+    """The ``xpml.nn`` layers and losses resolve their namespace themselves;
+    the process's first call is theirs as often as an estimator's."""
+    from xpml import _backend
+    from xpml.nn import Conv2D, MSELoss
+
+    seen = []
+    monkeypatch.setattr(_backend, "_heap_prepared", False)
+    monkeypatch.setattr(_backend, "prepare_heap", lambda: seen.append(1))
+    X = np.ones((2, 5, 5, 1))
+    calls = {
+        "enter": lambda: _backend.enter(X),
+        "layer": lambda: Conv2D(2, 3, random_state=0).forward(X),
+        "loss": lambda: MSELoss()(np.ones((3, 1)), np.zeros(3)),
+    }
+    calls[first]()
+    assert seen == [1]  # prepared by this first call
+    for call in calls.values():
+        call()
+    assert seen == [1]  # and only then
 
 
 @pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")

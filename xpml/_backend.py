@@ -403,12 +403,16 @@ class Context:
 _heap_prepared = False
 
 
-def _prepare_heap():
+def prepare_once():
     """The first public call's one-time allocator step
-    (:func:`xpml.utils.memory.prepare_heap`)."""
+    (:func:`xpml.utils.memory.prepare_heap`); nothing on later calls. Every
+    public call runs it: those that resolve their namespace with :func:`enter`
+    there, the ``xpml.nn`` layers and losses through
+    :func:`xpml.nn._base.call_namespace`."""
     global _heap_prepared
-    _heap_prepared = True
-    prepare_heap()
+    if not _heap_prepared:
+        _heap_prepared = True
+        prepare_heap()
 
 
 def enter(*arrays, names=None):
@@ -429,8 +433,7 @@ def enter(*arrays, names=None):
         The arrays moved to the compute namespace (array-likes become NumPy
         arrays first; None stays None).
     """
-    if not _heap_prepared:
-        _prepare_heap()
+    prepare_once()
     names = (
         list(names)
         if names is not None

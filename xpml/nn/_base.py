@@ -21,11 +21,20 @@ import numbers
 
 import array_api_compat
 
+from xpml import _backend
 from xpml.base import Persistable
 from xpml.utils._array_api import device as array_device
 from xpml.utils.validation import check_random_state
 
-__all__ = ["Layer", "pair"]
+__all__ = ["Layer", "pair", "call_namespace"]
+
+
+def call_namespace(*arrays):
+    """The array namespace of a layer's or loss's call on ``arrays``. The
+    process's first call also prepares the heap, as every public call does
+    (:func:`xpml._backend.prepare_once`)."""
+    _backend.prepare_once()
+    return array_api_compat.array_namespace(*arrays)
 
 
 def pair(value, name, *, minimum):
@@ -91,7 +100,7 @@ class Layer(Persistable):
 
     def _ensure_built(self, X):
         if not self.built:
-            xp = array_api_compat.array_namespace(X)
+            xp = call_namespace(X)
             self.build(
                 tuple(X.shape[1:]),
                 xp=xp,

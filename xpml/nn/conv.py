@@ -68,7 +68,7 @@ from xpml.linalg import (
     numpy_gemm,
     one_blas_thread,
 )
-from xpml.nn._base import Layer, pair
+from xpml.nn._base import Layer, call_namespace, pair
 from xpml.nn.init import get_initialiser
 from xpml.utils._array_api import device as array_device
 from xpml.utils._array_api import dispatch, fast_path, portable
@@ -1233,7 +1233,7 @@ class Conv2D(Layer):
     def forward(self, X):
         self._input_grad()  # fail before any work on a bad option
         self._ensure_built(X)
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         _, stride, padding = self._geometry()
         W, b = self.params["W"], self.params["b"]
         self._cache = X  # dW rebuilds the windows
@@ -1243,7 +1243,7 @@ class Conv2D(Layer):
         return conv_forward(X, W, b, stride=stride, padding=padding, xp=xp)
 
     def backward(self, dZ):
-        xp = array_api_compat.array_namespace(dZ)
+        xp = call_namespace(dZ)
         X = self._cache
         _, stride, padding = self._geometry()
         W = self.params["W"]
@@ -1263,7 +1263,7 @@ class Conv2D(Layer):
     def backward_params(self, dZ):
         """``grads`` alone: ``dW`` from the input's windows (:func:`conv_weight_grad`)
         and the bias gradient, no ``dX``."""
-        xp = array_api_compat.array_namespace(dZ)
+        xp = call_namespace(dZ)
         X, W = self._cache, self.params["W"]
         _, stride, padding = self._geometry()
         self.grads["b"] = bias_grad(dZ, xp=xp)
@@ -1336,7 +1336,7 @@ class MaxPool2D(_Pool2D):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         cols = self._windows(X, -float("inf"), xp)  # (k_h k_w, N, H_out, W_out, C)
         Y = xp.max(cols, axis=0)
         mask = xp.astype(cols == Y, X.dtype)
@@ -1344,7 +1344,7 @@ class MaxPool2D(_Pool2D):
         return Y
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         return self._unwindow(self._cache_share * dY, xp)
 
 
@@ -1371,11 +1371,11 @@ class AvgPool2D(_Pool2D):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         return xp.mean(self._windows(X, 0.0, xp), axis=0)
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         (kh, kw), _, _ = self._geometry()
         g = xp.broadcast_to(dY / (kh * kw), (kh * kw,) + tuple(dY.shape))
         return self._unwindow(g, xp)

@@ -6,9 +6,7 @@ map, ``backward`` is its chain rule written out.
 
 from __future__ import annotations
 
-import array_api_compat
-
-from xpml.nn._base import Layer
+from xpml.nn._base import Layer, call_namespace
 from xpml.nn.init import get_initialiser
 from xpml.utils._array_api import device as array_device
 from xpml.utils._math import sigmoid, softmax
@@ -99,7 +97,7 @@ class Dense(Layer):
         return dY @ self.params["W"].T
 
     def backward_params(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         X = self._cache_X
         self.grads["W"] = X.T @ dY
         self.grads["b"] = xp.sum(dY, axis=0)
@@ -176,7 +174,7 @@ class BatchNorm1D(Layer):
 
     def forward(self, X):
         self._ensure_built(X)
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         if self.training:
             n = X.shape[0]
             if n == 0:
@@ -198,7 +196,7 @@ class BatchNorm1D(Layer):
         return self.params["gamma"] * Xhat + self.params["beta"]
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         Xhat, inv_std, training = self._cache
         self.grads["gamma"] = xp.sum(dY * Xhat, axis=0)
         self.grads["beta"] = xp.sum(dY, axis=0)
@@ -228,13 +226,13 @@ class Flatten(Layer):
         return (size,)
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         self._cache_shape = tuple(X.shape)
         # the size spelled out: ``-1`` is ambiguous for an empty batch
         return xp.reshape(X, (X.shape[0], *self.output_shape(X.shape[1:])))
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         return xp.reshape(dY, self._cache_shape)
 
 
@@ -255,12 +253,12 @@ class ReLU(Layer):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         self._cache_mask = X > 0
         return xp.where(self._cache_mask, X, _zero(X, xp))
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         return xp.where(self._cache_mask, dY, _zero(dY, xp))
 
 
@@ -275,7 +273,7 @@ class Sigmoid(Layer):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         self._cache_Y = sigmoid(X, xp=xp)
         return self._cache_Y
 
@@ -295,7 +293,7 @@ class Tanh(Layer):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         self._cache_Y = xp.tanh(X)
         return self._cache_Y
 
@@ -339,11 +337,11 @@ class Softmax(Layer):
     """
 
     def forward(self, X):
-        xp = array_api_compat.array_namespace(X)
+        xp = call_namespace(X)
         self._cache_Y = softmax(X, xp=xp)
         return self._cache_Y
 
     def backward(self, dY):
-        xp = array_api_compat.array_namespace(dY)
+        xp = call_namespace(dY)
         S = self._cache_Y
         return S * (dY - xp.sum(dY * S, axis=-1, keepdims=True))

@@ -7,9 +7,8 @@ output ``Z``.
 
 from __future__ import annotations
 
-import array_api_compat
-
 from xpml.base import Persistable
+from xpml.nn._base import call_namespace
 from xpml.utils._array_api import device as array_device
 from xpml.utils._math import sigmoid, softmax
 
@@ -44,7 +43,7 @@ class SoftmaxCrossEntropy(_Loss):
     """
 
     def forward(self, Z, y):
-        xp = array_api_compat.array_namespace(Z)
+        xp = call_namespace(Z)
         n, k = Z.shape
         shifted = Z - xp.max(Z, axis=1, keepdims=True)
         log_p = shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
@@ -81,7 +80,7 @@ class LogisticLoss(_Loss):
     """
 
     def forward(self, Z, y):
-        xp = array_api_compat.array_namespace(Z)
+        xp = call_namespace(Z)
         y = xp.reshape(xp.astype(y, Z.dtype), Z.shape)
         self._cache = (sigmoid(Z, xp=xp), y)
         zero = xp.zeros((), dtype=Z.dtype, device=array_device(Z))  # broadcast
@@ -111,7 +110,7 @@ class MSELoss(_Loss):
     """
 
     def forward(self, Z, y):
-        xp = array_api_compat.array_namespace(Z)
+        xp = call_namespace(Z)
         R = Z - xp.reshape(xp.astype(y, Z.dtype), Z.shape)
         self._cache = R
         return xp.mean(R * R)
