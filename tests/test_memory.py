@@ -254,28 +254,18 @@ def test_prepare_heap_leaves_the_heap(monkeypatch, why):
     )
 
 
-def test_every_public_call_goes_through_one_preparation(monkeypatch):
-    """xpml._backend.enter prepares the heap on the first call only."""
-    from xpml import _backend
-
-    seen = []
-    monkeypatch.setattr(_backend, "_heap_prepared", False)
-    monkeypatch.setattr(_backend, "prepare_heap", lambda: seen.append(1))
-    for _ in range(3):
-        _backend.enter([1.0, 2.0])
-    assert seen == [1]
-
-
 @pytest.mark.parametrize("first", ["enter", "layer", "loss"])
-def test_layers_and_losses_prepare_the_heap_too(monkeypatch, first):
-    """The ``xpml.nn`` layers and losses resolve their namespace themselves;
-    the process's first call is theirs as often as an estimator's."""
+def test_the_first_public_call_prepares_the_heap_once(monkeypatch, first):
+    """Estimators (through xpml._backend.enter) and the ``xpml.nn`` layers and
+    losses (which resolve their namespace themselves) alike: whichever comes
+    first prepares the heap, and no later call does it again."""
     from xpml import _backend
     from xpml.nn import Conv2D, MSELoss
 
-    seen = []
-    monkeypatch.setattr(_backend, "_heap_prepared", False)
-    monkeypatch.setattr(_backend, "prepare_heap", lambda: seen.append(1))
+    fake = _FakeLibc()
+    monkeypatch.setattr(memory, "_prepared", False)
+    monkeypatch.setattr(memory, "_glibc_functions", lambda: fake)
+    monkeypatch.delenv(memory.PREPARE_ENV, raising=False)
     X = np.ones((2, 5, 5, 1))
     calls = {
         "enter": lambda: _backend.enter(X),
@@ -283,10 +273,10 @@ def test_layers_and_losses_prepare_the_heap_too(monkeypatch, first):
         "loss": lambda: MSELoss()(np.ones((3, 1)), np.zeros(3)),
     }
     calls[first]()
-    assert seen == [1]  # prepared by this first call
+    assert len(fake.calls) == 5  # prepared by this first call
     for call in calls.values():
         call()
-    assert seen == [1]  # and only then
+    assert len(fake.calls) == 5  # and only then
 
 
 @pytest.mark.skipif(not _is_glibc(), reason="glibc's malloc only")

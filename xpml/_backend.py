@@ -400,21 +400,6 @@ class Context:
         return self.out_xp is not self.xp
 
 
-_heap_prepared = False
-
-
-def prepare_once():
-    """The first public call's one-time allocator step
-    (:func:`xpml.utils.memory.prepare_heap`); nothing on later calls. Every
-    public call runs it: those that resolve their namespace with :func:`enter`
-    there, the ``xpml.nn`` layers and losses through
-    :func:`xpml.nn._base.call_namespace`."""
-    global _heap_prepared
-    if not _heap_prepared:
-        _heap_prepared = True
-        prepare_heap()
-
-
 def enter(*arrays, names=None):
     """Resolve the compute namespace for one public call.
 
@@ -433,7 +418,7 @@ def enter(*arrays, names=None):
         The arrays moved to the compute namespace (array-likes become NumPy
         arrays first; None stays None).
     """
-    prepare_once()
+    prepare_heap()  # once per process (issue 16); later calls return at once
     names = (
         list(names)
         if names is not None

@@ -21,9 +21,9 @@ import numbers
 
 import array_api_compat
 
-from xpml import _backend
 from xpml.base import Persistable
 from xpml.utils._array_api import device as array_device
+from xpml.utils.memory import prepare_heap
 from xpml.utils.validation import check_random_state
 
 __all__ = ["Layer", "pair", "call_namespace"]
@@ -31,9 +31,9 @@ __all__ = ["Layer", "pair", "call_namespace"]
 
 def call_namespace(*arrays):
     """The array namespace of a layer's or loss's call on ``arrays``. The
-    process's first call also prepares the heap, as every public call does
-    (:func:`xpml._backend.prepare_once`)."""
-    _backend.prepare_once()
+    process's first call also prepares the heap, as every estimator's does in
+    :func:`xpml._backend.enter` (:func:`xpml.utils.memory.prepare_heap`)."""
+    prepare_heap()
     return array_api_compat.array_namespace(*arrays)
 
 

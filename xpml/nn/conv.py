@@ -526,7 +526,8 @@ def _map_image_groups(task, n, per_image, scratch, *, xp):
     heap was made ready by :func:`xpml.utils.memory.prepare_heap`. The
     bench's layer (fwd+bwd, 64 images, 2 threads) in a fresh process: its
     first call took 2,460 page faults before, 1,840-2,230 after (the rest
-    are its outputs and OpenBLAS's own packing buffers)."""
+    are its outputs and OpenBLAS's own packing buffers), and with the layer
+    preparing the heap itself (:func:`xpml.nn._base.call_namespace`) 55-530."""
     step = max(1, min(n, BLOCK_BYTES // max(per_image, 1)))
     blocks = _image_blocks(0, n, step)
     threads = 1 if one_blas_thread(xp) else min(host_threads(xp), len(blocks))
@@ -721,9 +722,7 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
                     args = (rows, Co, K, 1.0, A, K, Wi[i], Co, betas[i], out, Co)
                     cblas(order, plain, plain, *args)
 
-    def scratch(step):
-        return _RowWindows(step, X, (kh, kw), pad)
-
+    scratch = functools.partial(_RowWindows, X=X, kernel=(kh, kw), pad=pad)
     _map_image_groups(task, N, _row_window_bytes(X, kw, pad), scratch, xp=xp)
     return np.reshape(Z, (N, Ho, Wo, Co))
 
@@ -813,9 +812,9 @@ def _conv_forward_numpy(X, W, b, /, stride, padding, *, xp):
                 Zb = np.reshape(Zb, (-1, b_row.shape[0]))
                 Zb += b_row
 
-    def scratch(step):
-        return _BlockWindows(step, X, kernel, stride, pad)
-
+    scratch = functools.partial(
+        _BlockWindows, X=X, kernel=kernel, stride=stride, pad=pad
+    )
     _map_image_groups(task, X.shape[0], per_image, scratch, xp=xp)
     if b is not None and not in_place:
         Z = Z + b
@@ -855,9 +854,9 @@ def _weight_grad_numpy(X, dZ, /, kernel, stride, padding, *, xp):
             dW = dW + windows.fill(i0, i1).T @ dZm[i0 * per : i1 * per]
         return dW
 
-    def scratch(step):
-        return _BlockWindows(step, X, kernel, stride, pad)
-
+    scratch = functools.partial(
+        _BlockWindows, X=X, kernel=kernel, stride=stride, pad=pad
+    )
     parts = _map_image_groups(task, X.shape[0], per_image, scratch, xp=xp)
     return np.reshape(sum(parts[1:], parts[0]), (*kernel, X.shape[3], Co))
 
@@ -993,9 +992,9 @@ def _correlate_s1_numpy(dZ, W, input_hw, padding, *, xp):
         for i0, i1 in blocks:
             np.matmul(windows.fill(i0, i1), W_rot, out=dX[i0 * per : i1 * per])
 
-    def scratch(step):
-        return _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
-
+    scratch = functools.partial(
+        _BlockWindows, X=dZ, kernel=(kh, kw), stride=(1, 1), pad=pad
+    )
     per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
     _map_image_groups(task, N, per_image, scratch, xp=xp)
     return np.reshape(dX, (N, H, Wd, Ci))
@@ -1081,9 +1080,9 @@ def _backward_s1_numpy(X, dZ, W, /, padding, *, xp, method="correlate"):
             dW_rot = dW_rot + Xm[i0 * per : i1 * per].T @ B  # (C_in, k_h·k_w·C_out)
         return dW_rot
 
-    def scratch(step):
-        return _BlockWindows(step, dZ, (kh, kw), (1, 1), pad)
-
+    scratch = functools.partial(
+        _BlockWindows, X=dZ, kernel=(kh, kw), stride=(1, 1), pad=pad
+    )
     per_image = _window_sizes(dZ, (kh, kw), (1, 1), pad)[2]
     parts = _map_image_groups(task, N, per_image, scratch, xp=xp)
     dW_rot = np.reshape(sum(parts[1:], parts[0]), (Ci, kh, kw, Co))

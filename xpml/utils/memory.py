@@ -123,8 +123,10 @@ def prepare_heap() -> dict | None:
     ``mallopt`` or ``GLIBC_TUNABLES`` is left as it is (the second block then
     comes from wherever glibc puts it, and the mark costs nothing).
 
-    xpml calls this on its first public call (:func:`xpml._backend.enter`);
-    ``XPML_PREPARE_HEAP=0`` in the environment turns it off.
+    xpml calls this at every public call (:func:`xpml._backend.enter`, and
+    :func:`xpml.nn._base.call_namespace` for the layers and losses); only the
+    first does anything. ``XPML_PREPARE_HEAP=0`` in the environment turns it
+    off.
 
     Returns
     -------
