@@ -13,6 +13,9 @@ Stated tolerances:
   scikit-learn's AdaBoost (SAMME) with stumps.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_wine
@@ -245,8 +248,6 @@ def test_trees_demo_runs(tmp_path, capsys):
 
 
 def test_without_joblib_fitting_is_sequential_and_identical(monkeypatch):
-    import sys
-
     Xtr, Xte, ytr, _ = _split("wine", 0)
     ref = (
         RandomForestClassifier(12, random_state=2, n_jobs=2)
@@ -683,3 +684,62 @@ def test_forests_refuse_inf_and_other_ensembles_refuse_nan():
         BaggingClassifier(n_estimators=3).fit(X, yc)
     with pytest.raises(ValueError, match="NaN"):
         AdaBoostClassifier(n_estimators=3).fit(X, yc)
+
+
+# ------------------------------------------------------------------ issue 16
+_FIT_WITHOUT_JOBLIB = """
+import sys
+import numpy as np
+from xpml.ensemble import BaggingClassifier, RandomForestClassifier
+rng = np.random.default_rng(0)
+X = rng.standard_normal((80, 4))
+y = (X[:, 0] > 0).astype(int)
+P = RandomForestClassifier(8, random_state=0).fit(X, y).predict_proba(X)
+BaggingClassifier(n_estimators=4, random_state=0).fit(X, y).predict(X)
+assert "joblib" not in sys.modules, "a fit with n_jobs=None imported joblib"
+P2 = RandomForestClassifier(8, random_state=0, n_jobs=2).fit(X, y).predict_proba(X)
+assert "joblib" in sys.modules
+np.testing.assert_array_equal(P, P2)
+print("ok")
+"""
+
+
+def test_a_fit_on_one_job_does_not_import_joblib():
+    """n_jobs=None before anything imported joblib: no backend can be active,
+    so the members are fitted here without importing it (34-44 ms of a
+    forest's first fit); n_jobs=2 then imports it, with the same forest."""
+    pytest.importorskip("joblib")
+    res = subprocess.run(
+        [sys.executable, "-c", _FIT_WITHOUT_JOBLIB],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "ok"
+
+
+def test_joblib_for_defers_to_an_active_backend(monkeypatch):
+    """Once joblib is imported, n_jobs=None goes through it (an active
+    backend decides the jobs: here two threads, whose Parallel is called);
+    n_jobs=1 never does; without joblib installed, nothing does."""
+    joblib = pytest.importorskip("joblib")
+    from xpml.ensemble._base import joblib_for, parallel_map
+
+    assert joblib_for(1) is None
+    assert joblib_for(None) is joblib and joblib_for(2) is joblib
+    made = []
+
+    class Spy(joblib.Parallel):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("n_jobs"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(joblib, "Parallel", Spy)
+    with joblib.parallel_backend("threading", n_jobs=2):
+        assert parallel_map(lambda t: t * t, [1, 2, 3]) == [1, 4, 9]
+    assert made == [None]
+    assert parallel_map(lambda t: -t, [1, 2], n_jobs=1) == [-1, -2]
+    assert made == [None]
+    monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib raises
+    assert joblib_for(None) is None and joblib_for(4) is None

@@ -17,6 +17,7 @@ from xpml.ensemble._base import (
     Members,
     Training,
     fit_member,
+    joblib_for,
     member_predict,
     parallel_map,
     progress_bar,
@@ -62,11 +63,10 @@ _GROUP_MIN, _GROUP_MAX, _GROUP_ENTRIES = 25, 100, 1 << 21
 def _group_size(T, n, n_jobs):
     """Trees per level-wise pass for ``T`` trees on ``n`` rows."""
     size = max(_GROUP_MIN, min(_GROUP_MAX, _GROUP_ENTRIES // max(1, n)))
-    try:
-        from joblib import effective_n_jobs
-    except ImportError:  # joblib is optional: the groups run one after another
+    joblib = joblib_for(n_jobs)
+    if joblib is None:  # the groups run one after another
         return size
-    workers = effective_n_jobs(n_jobs)  # an active joblib backend's, for None
+    workers = joblib.effective_n_jobs(n_jobs)  # an active backend's, for None
     return max(1, min(size, -(-T // workers))) if workers > 1 else size
 
 

@@ -19,15 +19,33 @@ __all__ = [
     "Training",
     "fit_member",
     "member_predict",
+    "joblib_for",
     "parallel_map",
     "progress_bar",
     "takes_sample_weight",
 ]
 
 
+def joblib_for(n_jobs):
+    """The ``joblib`` module where ``n_jobs`` asks for it, else None (the
+    work then runs here, one task after another): not for ``n_jobs=1``, nor
+    where joblib is not installed, nor for ``n_jobs=None`` (an active joblib
+    backend's count, else one) before anything imported joblib, since no
+    backend can be active then. Issue 16: importing joblib (with
+    multiprocessing and asyncio) took 34-44 ms of a forest's first fit in a
+    fresh process, a fit that then ran on one job anyway."""
+    if n_jobs == 1 or (n_jobs is None and "joblib" not in sys.modules):
+        return None
+    try:
+        import joblib
+    except ImportError:  # joblib is optional: sequential fitting
+        return None
+    return joblib
+
+
 def parallel_map(fn, tasks, *, n_jobs=None, progress=None, weights=None):
     """``[fn(t) for t in tasks]``, through joblib (threads, or the active
-    joblib backend) unless ``n_jobs=1`` or joblib is not installed.
+    joblib backend) where :func:`joblib_for` gives it, else one after another.
 
     ``progress`` (from :func:`progress_bar`) advances by ``weights[i]`` as task
     ``i`` finishes.
@@ -36,21 +54,16 @@ def parallel_map(fn, tasks, *, n_jobs=None, progress=None, weights=None):
     # n_jobs=None defers to joblib: one job, or the active backend's (e.g. the
     # dask backend of ``joblib.parallel_backend("dask")``, whose workers then
     # fit the members); ``prefer`` is only a hint where no backend is active
-    workers = 1 if n_jobs == 1 else n_jobs
-    if workers != 1 and len(tasks) > 1:
-        try:
-            from joblib import Parallel, delayed
-        except ImportError:  # joblib is optional: fall back to sequential fitting
-            workers = 1
-    if workers == 1 or len(tasks) <= 1:
+    joblib = joblib_for(n_jobs) if len(tasks) > 1 else None
+    if joblib is None:
         out = []
         for t, w in zip(tasks, weights):
             out.append(fn(t))
             if progress is not None:
                 progress.update(w)
         return out
-    gen = Parallel(n_jobs=workers, prefer="threads", return_as="generator")(
-        delayed(fn)(t) for t in tasks
+    gen = joblib.Parallel(n_jobs=n_jobs, prefer="threads", return_as="generator")(
+        joblib.delayed(fn)(t) for t in tasks
     )
     out = []
     for r, w in zip(gen, weights):
