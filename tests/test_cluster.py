@@ -544,7 +544,7 @@ def test_kmeans_one_blas_thread_starts_no_threads(monkeypatch):
         raise AssertionError("a thread pool under a one-thread BLAS limit")
 
     monkeypatch.setattr(km, "map_row_blocks", refuse)
-    monkeypatch.setattr(km, "ThreadPoolExecutor", refuse)  # the Lloyd run's pool
+    monkeypatch.setattr(km, "thread_pool", refuse)  # the Lloyd run's pool
     with threadpool_limits(1):
         alone = KMeans(**kw).fit(X)
     np.testing.assert_array_equal(alone.labels_, pooled.labels_)

@@ -9,6 +9,7 @@ them with stand-ins for the C library's functions.
 
 import math
 import os
+import resource
 import subprocess
 import sys
 
@@ -16,6 +17,11 @@ import numpy as np
 import pytest
 
 from xpml.utils import memory
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 # faults taken by the third round of allocating and freeing 16 blocks of 1 MB
 _ROUNDS = """
@@ -283,3 +289,124 @@ def test_the_first_public_call_prepares_the_heap_once(monkeypatch, first):
 def test_glibc_functions_are_found():
     libc = memory._glibc_functions()
     assert libc is not None and libc.malloc.restype is memory.ctypes.c_void_p
+
+
+# ------------------------------------ prepare_thread_heap (the pools' threads)
+
+# a worker thread's own page faults for its first 12 x 1 MB, in a pool made
+# by xpml.linalg.thread_pool ("xpml") or a plain ThreadPoolExecutor
+_WORKER_ROUND = """
+import resource, sys
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+from xpml.linalg import thread_pool
+from xpml.utils.memory import prepare_heap
+prepare_heap()
+
+def first_round():
+    f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    blocks = [np.ones(1 << 17) for _ in range(12)]  # every page written
+    del blocks
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0
+
+pool = thread_pool(1) if sys.argv[1] == "xpml" else ThreadPoolExecutor(1)
+with pool:
+    print(pool.submit(first_round).result())
+"""
+
+
+@pytest.mark.skipif(
+    not (
+        _is_glibc()
+        and _huge_pages_on_advice()
+        and getattr(resource, "RUSAGE_THREAD", None)
+    ),
+    reason="glibc's malloc, transparent huge pages on advice, Linux's RUSAGE_THREAD",
+)
+def test_a_pool_thread_faults_in_huge_pages():
+    """A worker's first 12 MB come from its own arena: 3,072 faults of 4 KB
+    pages in a plain pool's thread, a few hundred at most in thread_pool's
+    (whose threads marked their arena first)."""
+    plain = int(_run_script(_WORKER_ROUND, "plain"))
+    ours = int(_run_script(_WORKER_ROUND, "xpml"))
+    assert plain > 2500 and ours < 1000, (plain, ours)
+
+
+def test_prepare_thread_heap_marks_one_block(monkeypatch):
+    """Once prepare_heap raised the thresholds: one 16 MB block, marked on
+    its whole huge pages and freed; before that (or where it did nothing),
+    and when no memory is left, no mark."""
+    fake = _FakeLibc()
+    monkeypatch.setattr(memory, "_raised", None)
+    assert memory.prepare_thread_heap() is False and fake.calls == []
+    monkeypatch.setattr(memory, "_prepared", False)
+    monkeypatch.setattr(memory, "_glibc_functions", lambda: fake)
+    monkeypatch.delenv(memory.PREPARE_ENV, raising=False)
+    memory.prepare_heap()
+    del fake.calls[:]
+    assert memory.prepare_thread_heap() is True
+    size, huge = memory._THREAD_BLOCK, memory._HUGE_PAGE
+    stop = (fake.base + size) // huge * huge
+    assert fake.calls == [
+        ("malloc", size),
+        ("madvise", 8 << 20, stop - (8 << 20), memory.mmap.MADV_HUGEPAGE),
+        ("free", fake.base),
+    ]
+    fake.base = 0  # malloc fails
+    assert memory.prepare_thread_heap() is False
+
+
+def test_prepare_heap_turned_off_leaves_the_threads_alone(monkeypatch):
+    fake = _FakeLibc()
+    monkeypatch.setattr(memory, "_prepared", False)
+    monkeypatch.setattr(memory, "_raised", None)
+    monkeypatch.setattr(memory, "_glibc_functions", lambda: fake)
+    monkeypatch.setenv(memory.PREPARE_ENV, "0")
+    memory.prepare_heap()
+    assert memory.prepare_thread_heap() is False and fake.calls == []
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pools need two CPUs")
+@pytest.mark.parametrize("site", ["map_row_blocks", "kmeans", "conv", "cholesky"])
+def test_every_pool_prepares_its_threads(monkeypatch, site):
+    """Each host thread pool of xpml (the tiled loops, the k-means shards,
+    Conv2D's image groups, KernelRidge's panel Cholesky) runs
+    prepare_thread_heap in each of its threads before their first task."""
+    import threading
+
+    from xpml import linalg
+    from xpml.nn import conv
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    seen = set()
+    monkeypatch.setattr(
+        linalg, "prepare_thread_heap", lambda: seen.add(threading.get_ident())
+    )
+    conv._workers.cache_clear()  # its pool may have started before the spy
+    rng = np.random.default_rng(0)
+    with threadpoolctl.threadpool_limits(2):  # not one BLAS thread: pools run
+        _run_pool_site(site, rng)
+    conv._workers.cache_clear()
+    assert seen and threading.get_ident() not in seen
+
+
+def _run_pool_site(site, rng):
+    from xpml import linalg
+    from xpml.cluster import _kmeans
+    from xpml.kernel_ridge import _cholesky_by_panels
+    from xpml.nn import conv
+
+    if site == "map_row_blocks":
+        got = linalg.map_row_blocks(lambda a, b: b - a, 10, 3, xp=np)
+        assert got == [3, 3, 3, 1]
+    elif site == "kmeans":
+        with _kmeans._shard_runner(np) as shards:
+            assert shards(lambda a, b: b - a, 10) == [5, 5]
+    elif site == "conv":
+        X = rng.standard_normal((16, 20, 20, 8))  # 1.8 MB of windows: two groups
+        conv.Conv2D(8, 4, padding=1, random_state=0).forward(X)
+    else:
+        A = rng.standard_normal((40, 40))
+        A = A @ A.T + 40 * np.eye(40)
+        L = _cholesky_by_panels(A.copy(), panel=8, rows=8, threads=2)
+        np.testing.assert_allclose(L @ L.T, A, rtol=1e-10)

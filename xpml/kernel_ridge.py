@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import functools
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from numbers import Real
 
 import array_api_extra as xpx
@@ -55,6 +54,7 @@ from xpml.linalg import (
     numpy_potrs,
     numpy_trtri,
     one_blas_thread,
+    thread_pool,
 )
 from xpml.linear_model._base import (
     check_finite_result,
@@ -214,7 +214,7 @@ def _cholesky_by_panels(A, panel=None, rows=None, threads=None):
         for limit in (_single_threaded_blas(np), _single_threaded_scipy_blas()):
             if limit is not None:
                 limits.enter_context(limit)
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+        with thread_pool(threads) as pool:
             return _factor_panels(A, plan, pool)
 
 

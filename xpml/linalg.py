@@ -27,6 +27,7 @@ from xpml.utils._array_api import (
     portable,
     preload_namespace,
 )
+from xpml.utils.memory import prepare_thread_heap
 from xpml.utils.validation import check_array
 
 __all__ = ["compact_svd", "pinv", "svd_flip", "right_singular"]
@@ -217,6 +218,16 @@ def one_blas_thread(xp) -> bool:
     return bool(counts) and max(counts) <= 1
 
 
+def thread_pool(workers, name=""):
+    """A ``ThreadPoolExecutor`` of ``workers`` threads that mark their heap
+    for huge pages before their first task
+    (:func:`xpml.utils.memory.prepare_thread_heap`): every host thread pool
+    of xpml's tiled loops is made here."""
+    return ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix=name, initializer=prepare_thread_heap
+    )
+
+
 def map_row_blocks(fn, n, rows, /, *, xp):
     """``[fn(r0, r1) for each block]`` of ``rows`` rows out of ``n``, in order.
 
@@ -228,7 +239,7 @@ def map_row_blocks(fn, n, rows, /, *, xp):
     limits = _single_threaded_blas(xp) if threads > 1 and len(bounds) > 1 else None
     if limits is None:
         return [fn(r0, r1) for r0, r1 in bounds]
-    with limits, ThreadPoolExecutor(max_workers=threads) as pool:
+    with limits, thread_pool(threads) as pool:
         return list(pool.map(lambda b: fn(*b), bounds))
 
 

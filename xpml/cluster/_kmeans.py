@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 
 import numpy as np
@@ -41,6 +40,7 @@ from xpml.linalg import (
     host_threads,
     map_row_blocks,
     one_blas_thread,
+    thread_pool,
 )
 from xpml.utils._array_api import (
     device,
@@ -208,7 +208,7 @@ def _shard_runner(xp):
     if limits is None:
         yield None
         return
-    with limits, ThreadPoolExecutor(max_workers=threads - 1) as pool:
+    with limits, thread_pool(threads - 1) as pool:
 
         def run(fn, n):  # the last shard on the calling thread: one hand-off fewer
             step = max(1, -(-n // threads))

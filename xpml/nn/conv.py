@@ -53,7 +53,6 @@ import concurrent.futures
 import functools
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat
 import array_api_extra as xpx
@@ -67,6 +66,7 @@ from xpml.linalg import (
     host_threads,
     numpy_gemm,
     one_blas_thread,
+    thread_pool,
 )
 from xpml.nn._base import Layer, call_namespace, pair
 from xpml.nn.init import get_initialiser
@@ -563,7 +563,7 @@ def _workers(pid, count):
     """The process's ``count`` worker threads for :func:`_map_image_groups`,
     made once (a pool costs ~1 ms to start, and a layer call maps three or
     four times); keyed by process id, so a forked child starts its own."""
-    return ThreadPoolExecutor(max_workers=count, thread_name_prefix="xpml-conv")
+    return thread_pool(count, "xpml-conv")
 
 
 def _window_view(Xp, kernel, stride):
