@@ -7,6 +7,7 @@ lets a change take effect runs in a child process; the ones here only call
 them with stand-ins for the C library's functions.
 """
 
+import functools
 import math
 import os
 import resource
@@ -111,6 +112,10 @@ def test_a_refused_setting_is_an_error(monkeypatch):
 def test_another_c_library_is_left_alone(monkeypatch):
     monkeypatch.setattr(memory, "_glibc_mallopt", lambda: None)
     assert memory.keep_freed_memory(64) is None
+    monkeypatch.undo()
+    # a fresh lookup (the module's is made once), on another platform
+    lookup = functools.cache(memory._glibc_functions.__wrapped__)
+    monkeypatch.setattr(memory, "_glibc_functions", lookup)
     monkeypatch.setattr(memory.sys, "platform", "darwin")
     assert memory._glibc_mallopt() is None
 

@@ -63,6 +63,7 @@ their own pools.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import mmap
 import os
@@ -84,20 +85,8 @@ _MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 def _glibc_mallopt():
     """glibc's ``mallopt`` as a ctypes function, or None on another C library
     (macOS, Windows, musl) or platform."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc_name = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):  # not glibc: the name is unknown
-        return None
-    if not libc_name.startswith("glibc"):
-        return None
-    try:
-        fn = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return fn
+    libc = _glibc_functions()
+    return None if libc is None else libc.mallopt
 
 
 #: the environment variable that turns :func:`prepare_heap` off ("0")
@@ -210,17 +199,31 @@ def _mark_huge_pages(libc, address, size):
     return libc.madvise(start, stop - start, advice) == 0
 
 
+@functools.cache
 def _glibc_functions():
-    """glibc's ``malloc``, ``free`` and ``madvise`` (ctypes functions, as
-    attributes of the library object), or None where the C library is not
-    glibc."""
-    if _glibc_mallopt() is None:
+    """glibc's ``mallopt``, ``malloc``, ``free`` and ``madvise`` (ctypes
+    functions, as attributes of the library object), looked up once; None
+    where the C library is not glibc (macOS, Windows, musl) or the platform
+    not Linux."""
+    if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
-    libc.free.argtypes, libc.free.restype = (ctypes.c_void_p,), None
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    libc.madvise.restype = ctypes.c_int
+    try:
+        libc_name = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):  # not glibc: the name is unknown
+        return None
+    if not libc_name.startswith("glibc"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        functions = libc.mallopt, libc.malloc, libc.free, libc.madvise
+    except (OSError, AttributeError):
+        return None
+    mallopt, malloc, free, madvise = functions
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    malloc.argtypes, malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
+    free.argtypes, free.restype = (ctypes.c_void_p,), None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
     return libc
 
 
