@@ -152,12 +152,7 @@ def prepare_heap() -> dict | None:
         return None
     libc.free(block)
     _raised = libc
-    block = libc.malloc(_RAISING_BLOCK)
-    if not block:
-        return {"thresholds_raised": True, "huge_pages": False}
-    huge = _mark_huge_pages(libc, block, _RAISING_BLOCK)
-    libc.free(block)
-    return {"thresholds_raised": True, "huge_pages": huge}
+    return {"thresholds_raised": True, "huge_pages": _mark_block(libc, _RAISING_BLOCK)}
 
 
 def prepare_thread_heap() -> bool:
@@ -177,13 +172,17 @@ def prepare_thread_heap() -> bool:
 
     Returns whether the mark was made.
     """
-    libc = _raised
-    if libc is None:
-        return False
-    block = libc.malloc(_THREAD_BLOCK)
+    return _raised is not None and _mark_block(_raised, _THREAD_BLOCK)
+
+
+def _mark_block(libc, size):
+    """Allocate ``size`` bytes where this thread's heap would serve them,
+    mark their whole huge pages ``MADV_HUGEPAGE`` and free them untouched;
+    whether the mark was made (False when the allocation failed)."""
+    block = libc.malloc(size)
     if not block:
         return False
-    huge = _mark_huge_pages(libc, block, _THREAD_BLOCK)
+    huge = _mark_huge_pages(libc, block, size)
     libc.free(block)
     return huge
 
