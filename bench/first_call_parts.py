@@ -1,0 +1,186 @@
+"""What a call of a few milliseconds spends at its first call (issue 16).
+
+Two bench cases stay over 1.2x their warm median at their first call in a
+fresh process: tree predict (20,000 x 20) and SVC.decision_function at
+n = 2,000. Here each is timed in new interpreters (model and data loaded
+from a pickle, not timed; before each, 1 GiB touched and freed as ``xpml
+bench`` does) after one of these untimed steps, the variants taking turns:
+
+``nothing``
+    as ``xpml bench`` times it;
+``prepare_heap``
+    :func:`xpml.utils.memory.prepare_heap` called first (what xpml's first
+    public call does once per process);
+``+ heap touched``
+    and then 4 MB of the prepared heap written and freed (the pages a call's
+    buffers will take are then faulted in already);
+``+ one product``
+    and then one BLAS product of the size the call makes (OpenBLAS's own
+    buffers mapped and touched);
+``5-row call``
+    the same method on 5 rows of the input first (every line of the call's
+    code run once, the process's one-time set-up done, little memory
+    touched).
+
+It prints, per case and variant, the medians over ``--repeats`` processes of
+the first call, the fourth, their ratio and the first call's page faults
+(``--out FILE``: the same table, with the machine, written to a file).
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/first_call_parts.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+VARIANTS = (
+    "nothing",
+    "prepare_heap",
+    "+ heap touched",
+    "+ one product",
+    "5-row call",
+)
+
+
+def _tree_case():
+    from sklearn.datasets import make_classification
+
+    from xpml.tree import DecisionTreeClassifier
+
+    X, y = make_classification(
+        n_samples=40_000, n_features=20, n_informative=10, random_state=0
+    )
+    tree = DecisionTreeClassifier().fit(X[:20_000], y[:20_000])
+    return {"model": tree, "X": X[20_000:].copy(), "method": "predict", "blas": None}
+
+
+def _svc_case():
+    from sklearn.datasets import make_classification
+    from sklearn.preprocessing import StandardScaler
+
+    from xpml.svm import SVC
+
+    X, y = make_classification(n_samples=2_000, n_features=20, random_state=0)
+    X = StandardScaler().fit_transform(X)
+    svc = SVC(gamma=0.05, C=1.0).fit(X, y)
+    return {"model": svc, "X": X, "method": "decision_function", "blas": 1}
+
+
+CASES = {
+    "tree predict 20k": _tree_case,
+    "SVC.decision_function 2k": _svc_case,
+}
+
+
+def _before(variant, case):
+    """The untimed step ``variant`` in this fresh process."""
+    import numpy as np
+
+    from xpml.utils.memory import prepare_heap
+
+    if variant == "5-row call":
+        getattr(case["model"], case["method"])(case["X"][:5])
+        return
+    if variant == "nothing":
+        return
+    prepare_heap()
+    if variant in ("+ heap touched", "+ one product"):
+        block = np.ones(4 << 17)  # 4 MB, every page written, then freed
+        del block
+    if variant == "+ one product":
+        X = case["X"]
+        np.matmul(X[:600], X[:400].T)
+
+
+def _child(path, variant):
+    import contextlib
+
+    with open(path, "rb") as fh:
+        case = pickle.load(fh)
+    limits = contextlib.nullcontext()
+    if case["blas"] is not None:
+        from threadpoolctl import threadpool_limits
+
+        limits = threadpool_limits(case["blas"], user_api="blas")
+    call = getattr(case["model"], case["method"])
+    with limits:
+        _before(variant, case)
+        time.sleep(0.1)
+        out = []
+        for _ in range(4):
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = time.perf_counter()
+            call(case["X"])
+            took = time.perf_counter() - t0
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            out.append((1e3 * took, faults))
+    print(json.dumps(out))
+
+
+def _run(path, variant):
+    from xpml.bench._cold import prefault
+
+    prefault(1024)
+    cmd = [sys.executable, __file__, "--child", path, variant]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", help="markdown file for the table")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        _child(*args.child)
+        return
+    from xpml.bench import machine_info
+
+    machine = ", ".join(f"{k}={v}" for k, v in machine_info().items() if v)
+    lines = [
+        "# What a call of a few milliseconds spends at its first call",
+        "",
+        f"Machine: {machine}",
+        "",
+        f"`python bench/first_call_parts.py --repeats {args.repeats}`: medians over "
+        f"{args.repeats} fresh processes per variant (see the script's docstring).",
+        "",
+        "| case | before the call | 1st (ms) | 4th (ms) | 1st / 4th | faults 1st |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines[-2:]), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make in CASES.items():
+            path = os.path.join(tmp, "case.pkl")
+            with open(path, "wb") as fh:
+                pickle.dump(make(), fh)
+            runs = {v: [] for v in VARIANTS}
+            for _ in range(args.repeats):
+                for v in VARIANTS:
+                    runs[v].append(_run(path, v))
+            for v in VARIANTS:
+                first = statistics.median(r[0][0] for r in runs[v])
+                last = statistics.median(r[-1][0] for r in runs[v])
+                faults = statistics.median(r[0][1] for r in runs[v])
+                lines.append(
+                    f"| {name} | {v} | {first:.2f} | {last:.2f} "
+                    f"| {first / last:.2f} | {faults:.0f} |"
+                )
+                print(lines[-1], flush=True)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
