@@ -15,8 +15,8 @@ bench`` does) after one of these untimed steps, the variants taking turns:
     and then 4 MB of the prepared heap written and freed (the pages a call's
     buffers will take are then faulted in already);
 ``+ one product``
-    and then one BLAS product of the size the call makes (OpenBLAS's own
-    buffers mapped and touched);
+    and then one BLAS product, 600 x d by d x 400 (about one block of
+    SVC.decision_function's; OpenBLAS's own buffers mapped and touched);
 ``5-row call``
     the same method on 5 rows of the input first (every line of the call's
     code run once, the process's one-time set-up done, little memory
