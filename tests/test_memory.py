@@ -10,7 +10,6 @@ them with stand-ins for the C library's functions.
 import functools
 import math
 import os
-import resource
 import subprocess
 import sys
 

@@ -213,7 +213,7 @@ def _glibc_functions():
     if not libc_name.startswith("glibc"):
         return None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None)
         functions = libc.mallopt, libc.malloc, libc.free, libc.madvise
     except (OSError, AttributeError):
         return None
