@@ -31,8 +31,11 @@ it off):
   transparent huge pages (``madvise(MADV_HUGEPAGE)``, what glibc's own
   ``glibc.malloc.hugetlb=1`` tunable does for all of it): a first touch then
   maps 2 MB at a time instead of 4 KB, 0.26 ms for 2 MB against 1.0 ms on the
-  project's VM. Where the kernel has transparent huge pages off, nothing
-  changes;
+  project's VM. The free memory below the first untouched 2 MB boundary (up
+  to 2 MB, which no whole huge page covers) is kept allocated and never
+  touched, so that the first temporaries start on a huge page rather than in
+  up to 512 pages of 4 KB (session 20). Where the kernel has transparent
+  huge pages off, the faults stay 4 KB ones;
 * the threads of xpml's own pools (:func:`xpml.linalg.thread_pool`: the
   k-means shards, the brute neighbour search's blocks, Conv2D's image groups,
   KernelRidge's panel Cholesky) allocate from arenas of their own, which the
@@ -120,7 +123,8 @@ def prepare_heap() -> dict | None:
     as in any process that frees such a block, so that later temporaries up to
     32 MB come from the heap and freed ones stay there for the next. Then
     allocates the same size again, now from the heap, marks its whole huge
-    pages ``MADV_HUGEPAGE`` and frees it untouched: the heap's first 32 MB of
+    pages ``MADV_HUGEPAGE`` and frees it untouched but for its part below
+    the first 2 MB boundary, which stays allocated: the heap's first 32 MB of
     new temporaries fault in 2 MB at a time. Nothing is fixed: glibc's own
     rules stay in force, and a setting made by :func:`keep_freed_memory`,
     ``mallopt`` or ``GLIBC_TUNABLES`` is left as it is (the second block then
@@ -166,9 +170,12 @@ def prepare_thread_heap() -> bool:
     aligned to 64 MB), which a fresh process's first call faults in 4 KB at a
     time: the k-means workers' score blocks, 900-1,300 page faults in the
     first fit at k = 8 on 50,000 x 20 (issue 16). Allocates a block there,
-    marks its whole huge pages and frees it untouched; the arena keeps it (the
-    trim threshold is 64 MB) for the temporaries of this thread and of the
-    next that glibc hands the arena to. A few microseconds a thread.
+    marks its whole huge pages and frees it untouched, all but the part below
+    its first 2 MB boundary (the arena's first 2 MB less its header: 518
+    faults of 4 KB in a thread's first megabytes when that was freed too);
+    the arena keeps it (the trim threshold is 64 MB) for the temporaries of
+    this thread and of the next that glibc hands the arena to. A few
+    microseconds a thread.
 
     Returns whether the mark was made.
     """
@@ -177,14 +184,81 @@ def prepare_thread_heap() -> bool:
 
 def _mark_block(libc, size):
     """Allocate ``size`` bytes where this thread's heap would serve them,
-    mark their whole huge pages ``MADV_HUGEPAGE`` and free them untouched;
-    whether the mark was made (False when the allocation failed)."""
+    mark their whole huge pages ``MADV_HUGEPAGE`` and give them back
+    untouched, all but the part below the first huge-page boundary
+    (:func:`_keep_below_boundary`); whether the mark was made (False when the
+    allocation failed)."""
     block = libc.malloc(size)
     if not block:
         return False
     huge = _mark_huge_pages(libc, block, size)
-    libc.free(block)
+    _keep_below_boundary(libc, block, size)
     return huge
+
+
+#: the parts of the marked blocks kept allocated below a huge-page boundary
+#: for the life of the process: (address, the boundary), never touched
+_pads = []
+
+#: mincore's answer for one huge page: a byte a page
+_Residency = ctypes.c_ubyte * (_HUGE_PAGE // mmap.PAGESIZE)
+
+#: bytes before a glibc chunk's user memory (its size field and the previous
+#: chunk's), on 64-bit builds
+_CHUNK_HEADER = 2 * ctypes.sizeof(ctypes.c_size_t)
+
+
+def _keep_below_boundary(libc, block, size):
+    """Shrink the freshly allocated ``block`` of ``size`` bytes in place to
+    end just below a 2 MB boundary (:func:`_first_untouched_huge_page`) and
+    keep that part allocated; the rest goes back to the heap, so that the next
+    block glibc carves there starts on the boundary.
+
+    A heap's free top rarely starts on a huge-page boundary (the main heap
+    after the interpreter's start, anywhere; a thread's arena just past its
+    header): the memory below the first boundary is outside every whole huge
+    page of the mark, and freed untouched it would be the first that later
+    temporaries take, 4 KB a fault: 0 to 512 faults (about 2 µs each on the
+    project's VM) in a fresh process's first call, 518 in every pool thread's
+    first megabytes. Kept allocated, it holds up to a few MB of address space
+    and next to no memory (pages the heap had touched before, if any), and
+    the first temporaries fault in whole huge pages. glibc's ``realloc``
+    shrinks a heap block in place and frees the remainder, which joins the
+    free top it borders; where it returns another address (not glibc's
+    behaviour), that block is freed."""
+    boundary = _first_untouched_huge_page(libc, block, size)
+    # glibc's chunk for a request of r bytes starts 16 bytes before the block
+    # and spans r + 8 rounded up to 16: this one ends 16 bytes below the
+    # boundary, where the next chunk's header goes, its memory on the boundary
+    keep = boundary - block - _CHUNK_HEADER // 2
+    if boundary + _HUGE_PAGE > block + size or keep < 2 * _CHUNK_HEADER:
+        libc.free(block)  # no whole huge page, or on the boundary already
+        return
+    kept = libc.realloc(block, keep)
+    if kept == block:
+        _pads.append((kept, boundary))
+    elif kept:  # moved: not glibc's realloc
+        libc.free(kept)
+    else:  # refused: the block is still there
+        libc.free(block)
+
+
+def _first_untouched_huge_page(libc, block, size):
+    """The first 2 MB boundary in ``[block, block + size)`` whose huge page
+    has no page resident yet (``mincore``): the free top of a heap may have
+    been touched (up to glibc's trim threshold past its start, 128 KB in a
+    fresh process), and a range with one 4 KB page mapped takes 4 KB pages
+    only. The first boundary where ``mincore`` cannot tell."""
+    huge = _HUGE_PAGE
+    boundary = -(-block // huge) * huge
+    resident = _Residency()
+    while boundary + 2 * huge <= block + size:
+        if libc.mincore(boundary, huge, resident) != 0:
+            break  # cannot tell: take this one
+        if bytes(resident).count(0) == len(resident):
+            break
+        boundary += huge
+    return boundary
 
 
 def _mark_huge_pages(libc, address, size):
@@ -200,8 +274,8 @@ def _mark_huge_pages(libc, address, size):
 
 @functools.cache
 def _glibc_functions():
-    """glibc's ``mallopt``, ``malloc``, ``free`` and ``madvise`` (ctypes
-    functions, as attributes of the library object), looked up once; None
+    """glibc's ``mallopt``, ``malloc``, ``realloc``, ``free``, ``madvise`` and
+    ``mincore`` (ctypes functions, as attributes of the library object), looked up once; None
     where the C library is not glibc (macOS, Windows, musl) or the platform
     not Linux."""
     if not sys.platform.startswith("linux"):
@@ -214,15 +288,26 @@ def _glibc_functions():
         return None
     try:
         libc = ctypes.CDLL(None)
-        functions = libc.mallopt, libc.malloc, libc.free, libc.madvise
+        functions = (
+            libc.mallopt,
+            libc.malloc,
+            libc.realloc,
+            libc.free,
+            libc.madvise,
+            libc.mincore,
+        )
     except (OSError, AttributeError):
         return None
-    mallopt, malloc, free, madvise = functions
+    mallopt, malloc, realloc, free, madvise, mincore = functions
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     malloc.argtypes, malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
+    realloc.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    realloc.restype = ctypes.c_void_p
     free.argtypes, free.restype = (ctypes.c_void_p,), None
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     madvise.restype = ctypes.c_int
+    mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    mincore.restype = ctypes.c_int
     return libc
 
 
