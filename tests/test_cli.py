@@ -100,6 +100,24 @@ def test_cold_call_in_a_new_interpreter():
     assert out["peak_rss_mb"] >= out["rss_before_mb"] > 8
 
 
+@pytest.mark.parametrize("mode", ["spawn", "fork"])
+def test_only_a_fork_child_waits_for_its_threads_before_the_call(mode):
+    """A fork child waits (20 ms at least) for the OpenBLAS workers that its
+    thread limits restarted; a new interpreter calls right after loading the
+    case, as a script calls right after loading its data (a pause there
+    slows a call of a few milliseconds)."""
+    runner = ColdRunner(mode)
+    try:
+        out = runner.run(lambda: None, side="ref", timeout=120)
+    finally:
+        runner.close()
+    assert out["ok"], out
+    if mode == "spawn":
+        assert out["settle_s"] == 0.0
+    else:
+        assert 0.02 <= out["settle_s"] < 2.0
+
+
 def test_a_spawned_cold_process_reports_its_own_peak_memory():
     """``ru_maxrss`` survives ``exec``: a new interpreter started by a runner
     that had just touched 1 GB (its prefault) reported that as its own peak.

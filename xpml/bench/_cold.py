@@ -189,15 +189,17 @@ def _settle_threads(limit_s=1.0, quiet_s=0.02):
     for a while (``OPENBLAS_THREAD_TIMEOUT``, about 0.1 s) before it sleeps:
     60-90 ms of CPU on the machine's cores, inside the timed call if not
     waited out. A new interpreter starts them at import, long before its first
-    call, so this is the fork server's cost, not the case's."""
-    deadline = time.perf_counter() + limit_s
+    call, so this is the fork server's cost, not the case's. Returns the
+    seconds waited."""
+    start = time.perf_counter()
     others = time.process_time() - time.thread_time()
-    while time.perf_counter() < deadline:
+    while time.perf_counter() < start + limit_s:
         time.sleep(quiet_s)
         now = time.process_time() - time.thread_time()
         if now - others < 0.05 * quiet_s:
-            return
+            break
         others = now
+    return time.perf_counter() - start
 
 
 def _timed(fn, sync):
@@ -209,8 +211,17 @@ def _timed(fn, sync):
     return time.perf_counter() - t0
 
 
-def _child(payload_path, result_path):
-    """Load the case, time its first call, write the result (runs in the child)."""
+def _child(payload_path, result_path, settle="1"):
+    """Load the case, time its first call, write the result (runs in the child).
+
+    ``settle`` ("1" or "0"): wait for the process's other threads to be idle
+    first (:func:`_settle_threads`; a fork child's restarted OpenBLAS
+    threads). A spawned interpreter does not: its threads went idle during its
+    imports, and the wait, 20 ms at least, would come between loading the
+    data and the call as no script's does; any pause there makes a call of a
+    few milliseconds slower on the project's VM (tree predict, 20,000 x 20,
+    right after a 5-row call: 1.6-1.8 ms, 1.8-2.2 after 2 ms of sleep, 2.2-2.3
+    after 20 ms of sleep or of a busy loop; bench/README.md, session 20)."""
     out = {"ok": False, "error": "did not finish"}
     try:
         with open(payload_path, "rb") as fh:
@@ -240,7 +251,7 @@ def _child(payload_path, result_path):
         fn = payload["fn"]
         rss_before = _rss_mb()
         with limits, ctx:
-            _settle_threads()
+            settle_s = _settle_threads() if settle != "0" else 0.0
             before = _process_state()
             with _GcClock() as gc_clock:
                 seconds = _timed(fn, sync)
@@ -250,6 +261,7 @@ def _child(payload_path, result_path):
                 "peak_rss_mb": _peak_rss_mb(),
                 "rss_before_mb": rss_before,
                 "gpu_peak_mb": _gpu_peak_mb(),
+                "settle_s": settle_s,
                 "first_call": {**_first_call(before, seconds), **gc_clock.seen},
             }
             if seconds < SECOND_CALL_UNDER_S:
@@ -413,7 +425,7 @@ class ColdRunner:
     def _start(self, payload, result, timeout):
         """Run the child; True when it was stopped at ``timeout``."""
         if self.mode == "spawn":
-            cmd = [sys.executable, "-c", _SPAWNED, payload, result]
+            cmd = [sys.executable, "-c", _SPAWNED, payload, result, "0"]
             try:
                 subprocess.run(cmd, env=_child_env(), timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
