@@ -20,7 +20,14 @@ bench`` does) after one of these untimed steps, the variants taking turns:
 ``5-row call``
     the same method on 5 rows of the input first (every line of the call's
     code run once, the process's one-time set-up done, little memory
-    touched).
+    touched);
+``20 ms pause``
+    nothing but a 20 ms sleep (what ``xpml bench``'s spawned processes
+    waited before their timed call until session 20).
+
+The timed call follows the step at once (until session 20 after a 0.1 s
+sleep, which made every variant's first call slower); the product of ``+ one
+product`` runs on one BLAS thread, so that no worker spins on after it.
 
 It prints, per case and variant, the medians over ``--repeats`` processes of
 the first call, the fourth, their ratio and the first call's page faults
@@ -48,6 +55,7 @@ VARIANTS = (
     "+ heap touched",
     "+ one product",
     "5-row call",
+    "20 ms pause",
 )
 
 
@@ -92,13 +100,19 @@ def _before(variant, case):
         return
     if variant == "nothing":
         return
+    if variant == "20 ms pause":
+        time.sleep(0.02)
+        return
     prepare_heap()
     if variant in ("+ heap touched", "+ one product"):
         block = np.ones(4 << 17)  # 4 MB, every page written, then freed
         del block
     if variant == "+ one product":
+        from threadpoolctl import threadpool_limits
+
         X = case["X"]
-        np.matmul(X[:600], X[:400].T)
+        with threadpool_limits(1, user_api="blas"):  # no worker left spinning
+            np.matmul(X[:600], X[:400].T)
 
 
 def _child(path, variant):
@@ -114,7 +128,6 @@ def _child(path, variant):
     call = getattr(case["model"], case["method"])
     with limits:
         _before(variant, case)
-        time.sleep(0.1)
         out = []
         for _ in range(4):
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
