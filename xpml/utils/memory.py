@@ -274,10 +274,10 @@ def _mark_huge_pages(libc, address, size):
 
 @functools.cache
 def _glibc_functions():
-    """glibc's ``mallopt``, ``malloc``, ``realloc``, ``free``, ``madvise`` and
-    ``mincore`` (ctypes functions, as attributes of the library object), looked up once; None
-    where the C library is not glibc (macOS, Windows, musl) or the platform
-    not Linux."""
+    """glibc's ``mallopt``, ``malloc``, ``realloc``, ``free``, ``madvise``
+    and ``mincore`` (ctypes functions, as attributes of the library object),
+    looked up once; None where the C library is not glibc (macOS, Windows,
+    musl) or the platform not Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
