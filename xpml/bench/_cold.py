@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import pickle
@@ -188,9 +189,9 @@ def _settle_threads(limit_s=1.0, quiet_s=0.02):
     limits are set (its fork handler drops them), and each spins on its queue
     for a while (``OPENBLAS_THREAD_TIMEOUT``, about 0.1 s) before it sleeps:
     60-90 ms of CPU on the machine's cores, inside the timed call if not
-    waited out. A new interpreter starts them at import, long before its first
-    call, so this is the fork server's cost, not the case's. Returns the
-    seconds waited."""
+    waited out. A new interpreter starts them at import, and the libraries
+    first imported while the case loads start theirs then, just before the
+    call (see :func:`_child`). Returns the seconds waited."""
     start = time.perf_counter()
     others = time.process_time() - time.thread_time()
     while time.perf_counter() < start + limit_s:
@@ -211,21 +212,28 @@ def _timed(fn, sync):
     return time.perf_counter() - t0
 
 
-def _child(payload_path, result_path, settle="1"):
+def _load(payload_path):
+    with open(payload_path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _child(payload_path, result_path):
     """Load the case, time its first call, write the result (runs in the child).
 
-    ``settle`` ("1" or "0"): wait for the process's other threads to be idle
-    first (:func:`_settle_threads`; a fork child's restarted OpenBLAS
-    threads). A spawned interpreter does not: its threads went idle during its
-    imports, and the wait, 20 ms at least, would come between loading the
-    data and the call as no script's does; any pause there makes a call of a
-    few milliseconds slower on the project's VM (tree predict, 20,000 x 20,
-    right after a 5-row call: 1.6-1.8 ms, 1.8-2.2 after 2 ms of sleep, 2.2-2.3
-    after 20 ms of sleep or of a busy loop; bench/README.md, session 20)."""
+    The case is loaded twice: first for what it imports (libraries whose
+    threads may then spin for a while: a fork child's OpenBLAS workers,
+    restarted by the thread limits; a library first imported by the case,
+    SciPy's OpenBLAS for one), then, once the process's other threads are
+    idle (:func:`_settle_threads`, 20 ms at least), again for the data and
+    models the call gets, as a script calls right after loading its data.
+    A pause between loading and calling slows a call of a few milliseconds
+    on the project's VM (tree predict, 20,000 x 20: 1.6-1.8 ms right after a
+    5-row call, 2.2-2.8 after 20 ms asleep; bench/README.md, session 20);
+    a spawned interpreter that called without the wait took 82-98 ms for
+    KernelRidge's fit at n = 2,000 against 56-73 after it."""
     out = {"ok": False, "error": "did not finish"}
     try:
-        with open(payload_path, "rb") as fh:
-            payload = pickle.load(fh)
+        payload = _load(payload_path)
         if payload.get("keep_freed_mb"):
             from xpml.utils.memory import keep_freed_memory
 
@@ -248,10 +256,12 @@ def _child(payload_path, result_path, settle="1"):
                 payload["backend"], device=payload["device"], output="backend"
             )
             sync = sync_for(payload["backend"], payload["device"])
-        fn = payload["fn"]
-        rss_before = _rss_mb()
+        del payload  # its imports stay; its data goes (collected below)
         with limits, ctx:
-            settle_s = _settle_threads() if settle != "0" else 0.0
+            settle_s = _settle_threads()
+            gc.collect()
+            fn = _load(payload_path)["fn"]
+            rss_before = _rss_mb()
             before = _process_state()
             with _GcClock() as gc_clock:
                 seconds = _timed(fn, sync)
@@ -425,7 +435,7 @@ class ColdRunner:
     def _start(self, payload, result, timeout):
         """Run the child; True when it was stopped at ``timeout``."""
         if self.mode == "spawn":
-            cmd = [sys.executable, "-c", _SPAWNED, payload, result, "0"]
+            cmd = [sys.executable, "-c", _SPAWNED, payload, result]
             try:
                 subprocess.run(cmd, env=_child_env(), timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
