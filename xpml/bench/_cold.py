@@ -4,7 +4,9 @@
 ``ref_fn``, with the data and models it holds) to :class:`ColdRunner`, which
 pickles it with cloudpickle into a file and starts a fresh process on it. That
 process loads the file (imports and data: not timed), takes the parent's
-thread limits and, for the xpml side, the bench backend, then times one call
+thread limits and, for the xpml side, the bench backend, waits for its other
+threads to be idle, loads the file again (the data the call gets, just
+loaded, as a script's is: see :func:`_child`), then times one call
 (with a device synchronisation on a GPU) and writes a JSON result: the time,
 its peak resident memory (``VmHWM``; ``ru_maxrss`` off Linux), its resident
 memory just before the call, and on a GPU the device memory it used. A first
