@@ -223,16 +223,17 @@ def _child(payload_path, result_path):
     """Load the case, time its first call, write the result (runs in the child).
 
     The case is loaded twice: first for what it imports (libraries whose
-    threads may then spin for a while: a fork child's OpenBLAS workers,
-    restarted by the thread limits; a library first imported by the case,
-    SciPy's OpenBLAS for one), then, once the process's other threads are
-    idle (:func:`_settle_threads`, 20 ms at least), again for the data and
-    models the call gets, as a script calls right after loading its data.
-    A pause between loading and calling slows a call of a few milliseconds
-    on the project's VM (tree predict, 20,000 x 20: 1.6-1.8 ms right after a
-    5-row call, 2.2-2.8 after 20 ms asleep; bench/README.md, session 20);
-    a spawned interpreter that called without the wait took 82-98 ms for
-    KernelRidge's fit at n = 2,000 against 56-73 after it."""
+    threads may then be busy for a while: a fork child's OpenBLAS workers,
+    restarted by the thread limits; in a spawned interpreter, those of the
+    libraries the case imports first: KernelRidge's children waited 61-81
+    ms), then, once the process's other threads are idle
+    (:func:`_settle_threads`, 20 ms at least), again for the data and models
+    the call gets, as a script calls right after loading its data. A pause
+    between loading and calling slows a call of a few milliseconds on the
+    project's VM (tree predict, 20,000 x 20: 1.6-1.8 ms right after a 5-row
+    call, 2.2-2.8 after 20 ms asleep; bench/README.md, session 20); spawned
+    interpreters that called without the wait took 82-98 ms for
+    KernelRidge's fit at n = 2,000, 57-64 (one 92) with it."""
     out = {"ok": False, "error": "did not finish"}
     try:
         payload = _load(payload_path)
