@@ -284,6 +284,36 @@ def test_numpy_lapack_cholesky_solve_and_inverse(dtype):
     assert numpy_potrs(np.asfortranarray(np.eye(3, dtype=dtype) + 0.1), ro) is None
 
 
+def test_gemm_row_pieces_stay_within_the_small_product_bound():
+    """Gemm.row_pieces: the rows of an m x n x k product in as few even
+    pieces (sizes differing by at most one) as keep m·n·k within the bound,
+    in order and covering every row; one piece without a bound; never a
+    piece of no rows. The bound is set by kernel name (SMALL_PRODUCT)."""
+    from xpml.linalg import SMALL_PRODUCT, Gemm
+
+    gemm = Gemm.__new__(Gemm)  # no routine needed for the arithmetic
+    for m, n, k, bound, count in [
+        (784, 32, 48, 10**6, 2),  # Conv2D's bench layer: 1,204,224
+        (651, 32, 48, 10**6, 1),  # 999,936: within
+        (784, 16, 96, 10**5, 13),
+        (10, 3, 4, 1, 10),  # at most one piece a row
+        (7, 3, 4, None, 1),
+        (0, 3, 4, 10, 1),
+    ]:
+        gemm.small_product = bound
+        pieces = gemm.row_pieces(m, n, k)
+        assert len(pieces) == count
+        assert [p[0] for p in pieces] == list(np.cumsum([0] + [p[1] for p in pieces]))[
+            :-1
+        ]
+        assert sum(p[1] for p in pieces) == m
+        sizes = {p[1] for p in pieces}
+        assert max(sizes) - min(sizes) <= 1 and (m == 0 or min(sizes) >= 1)
+        if bound is not None and bound >= n * k:
+            assert max(sizes) * n * k <= bound
+    assert SMALL_PRODUCT.get("Haswell") is None and SMALL_PRODUCT["SkylakeX"] == 10**6
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_numpy_gemm_reads_operands_where_they_lie(dtype):
     """numpy_gemm: CBLAS ``?gemm`` of NumPy's OpenBLAS on row-major operands

@@ -716,15 +716,18 @@ def _split_case(rng, dtype, kernel, padding, bias):
         ((1, 1), (0, 0), False),
     ],
 )
+@pytest.mark.parametrize("small_product", [None, 1000, 1])
 def test_conv_kernel_row_split_equals_the_window_matrix(
-    monkeypatch, dtype, one_thread, kernel, padding, bias
+    monkeypatch, dtype, one_thread, kernel, padding, bias, small_product
 ):
     """The kernel-row split (stride 1 on NumPy: each image's row windows and
     k_h products summed in place by NumPy's OpenBLAS) gives the forward and
     the fused backward of the window-matrix path and of the portable
     whole-batch paths, over blocks of one image on one and on two threads,
-    for square, uneven and 1 x 1 kernels, with and without bias and padding;
-    inputs (read-only, non-contiguous) untouched, and the split was taken."""
+    for square, uneven and 1 x 1 kernels, with and without bias and padding,
+    each image's products whole or in pieces of rows (uneven ones, and one
+    row each: ``Gemm.small_product``); inputs (read-only, non-contiguous)
+    untouched, and the split was taken."""
     import contextlib
 
     from threadpoolctl import threadpool_limits
@@ -732,8 +735,10 @@ def test_conv_kernel_row_split_equals_the_window_matrix(
     from xpml.linalg import numpy_gemm
     from xpml.nn import conv
 
-    if numpy_gemm(np.dtype(dtype).char) is None:
+    gemm = numpy_gemm(np.dtype(dtype).char)
+    if gemm is None:
         pytest.skip("this NumPy is not built on a wheel's OpenBLAS")
+    monkeypatch.setattr(gemm, "small_product", small_product)
     rng = np.random.default_rng(11)
     X, W, b, dZ = _split_case(rng, dtype, kernel, padding, bias)
     kept = [a.copy() for a in (X, W, dZ)]

@@ -408,7 +408,35 @@ def numpy_gemm(char):
     found = _numpy_openblas_symbol(
         char, lambda pre, t, post: f"{pre}cblas_{t}gemm{post[1:]}"
     )
-    return None if found is None else Gemm(found[0], np.dtype(char))
+    if found is None:
+        return None
+    small = SMALL_PRODUCT.get(_numpy_openblas_architecture())
+    return Gemm(found[0], np.dtype(char), small)
+
+
+#: OpenBLAS kernels (threadpoolctl's ``architecture``) with a faster path
+#: for a product of at most this ``m·n·k`` (OpenBLAS's small-matrix kernels,
+#: which skip packing the operands), and the bound. Measured with NumPy's
+#: OpenBLAS 0.3.31 on the project's 2-core VM (AMD Zen 4, served with the
+#: SkylakeX kernels), one thread, Conv2D's shapes (rows x 48 by 48 x 32;
+#: rows x 96 by 96 x 16; the transposed 96 x rows by rows x 16): float32 at
+#: 392-651 rows (m·n·k up to 999,936) 102-109 GF/s, at 784 rows (1,204,224)
+#: 75-87 GF/s; float64 54-55 against 33-40 GF/s. With the Haswell or Zen
+#: kernels (``OPENBLAS_CORETYPE``) the rate does not jump there (halving the
+#: rows cost 1-5 %): no bound. Other AVX-512 kernels were not measured.
+SMALL_PRODUCT = {"SkylakeX": 10**6}
+
+
+def _numpy_openblas_architecture():
+    """The kernels NumPy's OpenBLAS runs with (threadpoolctl's
+    ``architecture``, e.g. "SkylakeX", "Haswell"); None where unknown."""
+    try:
+        import threadpoolctl
+
+        libs = _numpy_openblas(threadpoolctl)
+        return libs[0].architecture if libs else None
+    except (ImportError, AttributeError, OSError):
+        return None
 
 
 #: CBLAS's enumerators (``cblas.h``) for :attr:`Gemm.cblas`
@@ -427,9 +455,14 @@ class Gemm:
     :attr:`cblas` is the routine itself, with CBLAS's arguments (``order,
     op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc``; the
     ``CBLAS_*`` constants above): a loop making hundreds of small products
-    calls it directly, ~0.5 µs a call less than through this wrapper."""
+    calls it directly, ~0.5 µs a call less than through this wrapper.
 
-    def __init__(self, fn, dtype):
+    :attr:`small_product` is the largest ``m·n·k`` this OpenBLAS runs on its
+    faster path for small products (:data:`SMALL_PRODUCT`; None where it has
+    none or it was not measured): a product just above it runs faster as two
+    below it (:meth:`row_pieces`)."""
+
+    def __init__(self, fn, dtype, small_product=None):
         import ctypes
 
         real = ctypes.c_double if dtype == np.float64 else ctypes.c_float
@@ -438,6 +471,18 @@ class Gemm:
         fn.argtypes += [address, big, address, big, real, address, big]
         fn.restype = None
         self.cblas, self.dtype = fn, dtype
+        self.small_product = small_product
+
+    def row_pieces(self, m, n, k):
+        """``[(start, rows), …]``: the ``m`` rows of an ``m × n × k`` product
+        (or the ``m`` terms of its sum, for a ``k × m`` by ``m × n`` one) in as
+        few even pieces as keep each within :attr:`small_product`; one piece
+        where this OpenBLAS has no such bound (None)."""
+        bound = self.small_product
+        count = 1 if bound is None else min(max(m, 1), -(-m * n * k // bound))
+        count = max(count, 1)
+        cuts = [p * m // count for p in range(count + 1)]
+        return [(lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
 
     def __call__(self, shape, a, b, c, *, trans_a=False, beta=0.0):
         """``shape = (m, n, k)``; ``a``, ``b``, ``c`` as ``(address, ld)``."""

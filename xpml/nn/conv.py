@@ -39,7 +39,11 @@ the window matrix, :class:`_RowWindows`), in which kernel row ``i``'s part of
 the window matrix is a plain matrix shifted by ``i`` image rows; the forward,
 ``dX`` and ``dW`` are then ``k_h`` products each, summed in place by CBLAS
 ``gemm`` (:func:`xpml.linalg.numpy_gemm`) -- 23.4 -> 21.2 ms for the bench's
-float32 layer on one thread (issue 14).
+float32 layer on one thread (issue 14). Each of those products is made in
+as few pieces of rows as keep it within the size OpenBLAS runs on its faster
+path for small products, where it has one (:meth:`xpml.linalg.Gemm.row_pieces`;
+the bench's layer: 784 rows an image in two pieces, 21.4 -> 17.7 ms on one
+thread, 11.9 -> 10.1 ms on two; session 21).
 
 With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
 (:class:`Workspace`) for ``dX``'s large intermediate (``W dZᵀ``, or the padded
@@ -712,15 +716,19 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
     def task(blocks, windows):
         K = windows.K
         Wi = [w0 + i * K * Co * size for i in range(kh)]
+        pieces = gemm.row_pieces(rows, Co, K)
         for i0, i1 in blocks:
             windows.fill(i0, i1)
             if b is not None:
                 Z[i0 * rows : i1 * rows] = b
             for m in range(i1 - i0):
                 out = z0 + (i0 + m) * rows * Co * size
-                for i, A in enumerate(windows.kernel_rows(m)):  # Z += A_i W_i
-                    args = (rows, Co, K, 1.0, A, K, Wi[i], Co, betas[i], out, Co)
-                    cblas(order, plain, plain, *args)
+                A_rows = windows.kernel_rows(m)
+                for r0, r in pieces:  # Z += A_i W_i, a piece of rows at a time
+                    Zr = out + r0 * Co * size
+                    for i, A in enumerate(A_rows):
+                        args = (r, Co, K, 1.0, A + r0 * K * size, K, Wi[i], Co)
+                        cblas(order, plain, plain, *args, betas[i], Zr, Co)
 
     scratch = functools.partial(_RowWindows, X=X, kernel=(kh, kw), pad=pad)
     _map_image_groups(task, N, _row_window_bytes(X, kw, pad), scratch, xp=xp)
@@ -751,17 +759,21 @@ def _backward_s1_rows(X, dZ, W, pad, gemm, *, xp):
         K = windows.K
         Wi = [w0 + i * K * Ci * size for i in range(kh)]
         Gi = [G.ctypes.data + i * K * Ci * size for i in range(kh)]
+        pieces = gemm.row_pieces(rows, Ci, K)
         for i0, i1 in blocks:
             windows.fill(i0, i1)
             for m in range(i1 - i0):
-                dXm = d0 + (i0 + m) * rows * Ci * size
-                Xm = x0 + (i0 + m) * rows * Ci * size
-                for i, B in enumerate(windows.kernel_rows(m)):
-                    beta = 1.0 if i else 0.0  # dX = Σ_i B_i W_rot,i
-                    args = (rows, Ci, K, 1.0, B, K, Wi[i], Ci, beta, dXm, Ci)
-                    cblas(order, plain, plain, *args)
-                    args = (K, Ci, rows, 1.0, B, K, Xm, Ci, 1.0, Gi[i], Ci)
-                    cblas(order, trans, plain, *args)  # G_i += B_iᵀ X
+                B_rows = windows.kernel_rows(m)
+                for r0, r in pieces:
+                    dXm = d0 + ((i0 + m) * rows + r0) * Ci * size
+                    Xm = x0 + ((i0 + m) * rows + r0) * Ci * size
+                    for i, B in enumerate(B_rows):
+                        B = B + r0 * K * size
+                        beta = 1.0 if i else 0.0  # dX = Σ_i B_i W_rot,i
+                        args = (r, Ci, K, 1.0, B, K, Wi[i], Ci, beta, dXm, Ci)
+                        cblas(order, plain, plain, *args)
+                        args = (K, Ci, r, 1.0, B, K, Xm, Ci, 1.0, Gi[i], Ci)
+                        cblas(order, trans, plain, *args)  # G_i += B_iᵀ X
         return G
 
     parts = _map_image_groups(task, N, _row_window_bytes(dZ, kw, pad), scratch, xp=xp)
