@@ -76,7 +76,8 @@ def _parts(repeats):
 def _row_part(name, C_in, C_out, repeats):
     """The row-window copies and the k_h = 3 products per image of one pass
     of the kernel-row split (rows of ``3 * C_in`` values, ``C_out`` columns
-    out; the backward's dW as ``B_iᵀ X``), as many blocks as the layer makes."""
+    out; the backward's dW as ``B_iᵀ X``), as many blocks as the layer makes,
+    each product in the pieces of rows the layer makes it in."""
     from xpml.linalg import numpy_gemm
     from xpml.nn import conv as C
 
@@ -97,20 +98,28 @@ def _row_part(name, C_in, C_out, repeats):
     Gi = [(G.ctypes.data + G[0].nbytes * i, C_out) for i in range(3)]
     Xa, Za = (Xm.ctypes.data, C_out), (out_.ctypes.data, C_out)
 
+    pieces = gemm.row_pieces(rows, C_out, K)  # as the layer splits them
+
     def products(dW=False):
         for image in range(64):
-            for i, B in enumerate(Bs[image % step]):
-                if dW:
-                    gemm((K, C_out, rows), B, Xa, Gi[i], trans_a=True, beta=1.0)
-                else:
-                    gemm((rows, C_out, K), B, Wi[i], Za, beta=float(i > 0))
+            for r0, r in pieces:
+                for i, (b, ld) in enumerate(Bs[image % step]):
+                    B = (b + 4 * r0 * K, ld)
+                    if dW:
+                        X_r = (Xa[0] + 4 * r0 * C_out, C_out)
+                        gemm((K, C_out, r), B, X_r, Gi[i], trans_a=True, beta=1.0)
+                    else:
+                        Z_r = (Za[0] + 4 * r0 * C_out, C_out)
+                        gemm((r, C_out, K), B, Wi[i], Z_r, beta=float(i > 0))
 
     where = f"{name} (kernel-row split)"
     out = {
         f"{where}: row-window copies": _median_ms(
             lambda: [win.fill(0, step) for _ in blocks], repeats
         ),
-        f"{where}: 3 products a image ({K}x{C_out})": _median_ms(products, repeats),
+        f"{where}: 3 products a image ({K}x{C_out}, {len(pieces)} pieces of rows)": (
+            _median_ms(products, repeats)
+        ),
     }
     if name == "backward":
         out[f"{where}: 3 products B_i^T X a image (dW)"] = _median_ms(
