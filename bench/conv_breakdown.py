@@ -6,7 +6,9 @@ library left running (PyTorch's OpenMP threads spin after its call). Then
 xpml's parts on their own: the forward, the stride-1 backward, and the
 pieces of work they are made of on NumPy at the block sizes the layer uses:
 the kernel-row split's row-window copies and products (what this layer
-runs since session 16), and the window matrix's copies and products. Same case as ``xpml bench nn``:
+runs since session 16), and the window matrix's copies and products (each product timed as a call of its own, in
+the layer's pieces of rows; since session 21 the layer's backward makes
+them in batches, one NumPy ``matmul`` per block). Same case as ``xpml bench nn``:
 64 images of 28 x 28, 16 -> 32 channels, 3 x 3, padding 1.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv_breakdown.py
@@ -93,7 +95,7 @@ def _row_part(name, C_in, C_out, repeats):
     Xm = rng.standard_normal((rows, C_out)).astype(np.float32)
     G = np.zeros((3, K, C_out), dtype=np.float32)
 
-    Bs = [[(a, K) for a in win.kernel_rows(m)] for m in range(step)]
+    Bs = [[(a, K) for a in win.kernel_row_addresses(m)] for m in range(step)]
     Wi = [(Wm.ctypes.data + Wm[0].nbytes * i, C_out) for i in range(3)]
     Gi = [(G.ctypes.data + G[0].nbytes * i, C_out) for i in range(3)]
     Xa, Za = (Xm.ctypes.data, C_out), (out_.ctypes.data, C_out)

@@ -43,7 +43,14 @@ float32 layer on one thread (issue 14). Each of those products is made in
 as few pieces of rows as keep it within the size OpenBLAS runs on its faster
 path for small products, where it has one (:meth:`xpml.linalg.Gemm.row_pieces`;
 the bench's layer: 784 rows an image in two pieces, 21.4 -> 17.7 ms on one
-thread, 11.9 -> 10.1 ms on two; session 21).
+thread, 11.9 -> 10.1 ms on two; session 21). The backward's products are
+batches of NumPy's ``matmul`` over a stack of pieces (:func:`_row_groups`),
+whose sums are one more pass: a call per product through ctypes takes the
+GIL back after each ~12 µs product, and two threads waiting on each other
+for it made the bench's backward 7.4-9.0 ms on two threads against 6.7-7.4
+batched (the same 11.1-11.2 on one). The forward keeps its calls per product
+accumulating in place (batched with a summing pass, 6.3 -> 7.0 ms on one
+thread).
 
 With a stride past 1 a :class:`Conv2D` layer keeps one scratch buffer
 (:class:`Workspace`) for ``dX``'s large intermediate (``W dZᵀ``, or the padded
@@ -65,7 +72,6 @@ import numpy as np
 from xpml.linalg import (
     CBLAS_NO_TRANS,
     CBLAS_ROW_MAJOR,
-    CBLAS_TRANS,
     _single_threaded_blas,
     host_threads,
     numpy_gemm,
@@ -667,9 +673,8 @@ class _RowWindows:
         self.K = kernel[1] * C  # values in a row of the windows
         self.V = _row_window_view(self.P, kernel[1])
         self.Q = np.empty(self.V.shape, dtype=X.dtype)
-        self._base, self._image = self.Q.ctypes.data, self.Q[0].nbytes
-        self._row = self.V.shape[2] * self.K * X.dtype.itemsize
-        self._kh = kernel[0]
+        self._kh, self._base = kernel[0], self.Q.ctypes.data
+        self._rows = (self.V.shape[1] - kernel[0] + 1) * self.V.shape[2]  # outputs
 
     def fill(self, i0, i1):
         """The row windows of images ``i0 … i1 − 1`` (the margins stay zero)."""
@@ -677,11 +682,21 @@ class _RowWindows:
         self.P[:n, self.interior[0], self.interior[1], :] = self.X[i0:i1]
         np.copyto(self.Q[:n], self.V[:n])
 
-    def kernel_rows(self, m):
+    def kernel_row_addresses(self, m):
         """Addresses of each kernel row's window rows of the block's ``m``-th
-        image (leading dimension :attr:`K`)."""
-        start = self._base + m * self._image
-        return [start + i * self._row for i in range(self._kh)]
+        image (leading dimension :attr:`K`), for CBLAS."""
+        start = self._base + m * self.Q.strides[0]
+        return [start + i * self.Q.strides[1] for i in range(self._kh)]
+
+    def kernel_rows(self, n):
+        """``(n, k_h, H_out·W_out, K)``, read-only: kernel row ``i``'s part of
+        the window matrix of each of the block's first ``n`` images, a view
+        of the row windows (rows of :attr:`K` values)."""
+        sN, sH, sW, sK = self.Q.strides  # kernel row i: i image rows on
+        shape = (n, self._kh, self._rows, self.K)
+        return np.lib.stride_tricks.as_strided(
+            self.Q, shape, (sN, sH, sW, sK), writeable=False
+        )
 
 
 def _row_window_view(P, kw):
@@ -723,7 +738,7 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
                 Z[i0 * rows : i1 * rows] = b
             for m in range(i1 - i0):
                 out = z0 + (i0 + m) * rows * Co * size
-                A_rows = windows.kernel_rows(m)
+                A_rows = windows.kernel_row_addresses(m)
                 for r0, r in pieces:  # Z += A_i W_i, a piece of rows at a time
                     Zr = out + r0 * Co * size
                     for i, A in enumerate(A_rows):
@@ -735,45 +750,73 @@ def _conv_forward_rows(X, W, b, pad, gemm, *, xp):
     return np.reshape(Z, (N, Ho, Wo, Co))
 
 
+def _row_groups(pieces):
+    """``[(start, size, count), …]``: runs of consecutive pieces of rows
+    (``Gemm.row_pieces``) of one size, so that each run is one batch of
+    products (NumPy's ``matmul`` over a stack: one call, which releases the
+    GIL once, where a call per product took it back every ~12 µs and two
+    threads waited on each other for it -- the ``dW`` products of a block of
+    six of the bench's images, one block a thread: 873 µs against 415; issue
+    14)."""
+    groups = []
+    for lo, size in pieces:
+        if groups and groups[-1][1] == size:
+            groups[-1][2] += 1
+        else:
+            groups.append([lo, size, 1])
+    return [tuple(g) for g in groups]
+
+
+def _summed_products(A, Wb, T, out, count):
+    """``out = Σ_i A_i Wb_i`` over the ``k_h`` kernel rows, for ``count``
+    pieces of rows at once: ``A`` ``(k_h, count·size, K)`` (one image's
+    kernel-row windows), ``Wb`` ``(k_h, 1, K, n)``, ``out`` ``(count, size,
+    n)``; ``T`` is scratch of at least ``(k_h, count·size, n)``."""
+    kh, rows_, K = A.shape
+    size = rows_ // count
+    T = np.reshape(T[:, :rows_], (kh, count, size, out.shape[-1]))
+    np.matmul(np.reshape(A, (kh, count, size, K)), Wb, out=T)
+    np.sum(T, axis=0, out=out)
+
+
 def _backward_s1_rows(X, dZ, W, pad, gemm, *, xp):
     """``(dX, dW)`` of :func:`conv_backward_s1` ("correlate") by kernel rows:
     the row windows ``B_i`` of the padded ``dZ`` give ``dX = Σ_i B_i W_rot,i``
-    and ``dW_rot,iᵀ += B_iᵀ X`` per image, all summed in place."""
+    per image and ``dW_rot,iᵀ = Σ B_iᵀ X`` over a block's images at once,
+    a piece of rows at a time (:func:`_row_groups`)."""
     (kh, kw, Ci, Co), (N, H, Wd, _) = W.shape, X.shape
     W_rot = np.flip(W, axis=(0, 1)).swapaxes(2, 3)  # (k_h, k_w, C_out, C_in)
-    W_rot = np.ascontiguousarray(np.reshape(W_rot, (kh, kw * Co, Ci)))
-    Xc = np.ascontiguousarray(X)
-    dX = np.empty(Xc.shape, dtype=X.dtype)
-    rows, size = H * Wd, X.dtype.itemsize
-    w0, x0, d0 = W_rot.ctypes.data, Xc.ctypes.data, dX.ctypes.data
-
-    cblas, order = gemm.cblas, CBLAS_ROW_MAJOR
-    plain, trans = CBLAS_NO_TRANS, CBLAS_TRANS
+    W_rot = np.reshape(W_rot, (kh, 1, kw * Co, Ci))
+    Xr = np.reshape(np.ascontiguousarray(X), (N, H * Wd, Ci))
+    dX = np.empty(Xr.shape, dtype=X.dtype)
+    rows, K = H * Wd, kw * Co
+    groups = _row_groups(gemm.row_pieces(rows, Ci, K))
+    most = max(count for _, _, count in groups)
 
     def scratch(step):
         windows = _RowWindows(step, dZ, (kh, kw), pad)
-        return windows, np.zeros((kh, windows.K, Ci), dtype=X.dtype)
+        T = np.empty((kh, rows, Ci), dtype=X.dtype)  # dX's k_h products
+        P = np.empty((step, kh, most, K, Ci), dtype=X.dtype)  # dW's products
+        return windows, T, P, np.zeros((kh, K, Ci), dtype=X.dtype)
 
     def task(blocks, own):
-        windows, G = own  # G: this thread's dW_rotᵀ
-        K = windows.K
-        Wi = [w0 + i * K * Ci * size for i in range(kh)]
-        Gi = [G.ctypes.data + i * K * Ci * size for i in range(kh)]
-        pieces = gemm.row_pieces(rows, Ci, K)
+        windows, T, P, G = own  # G: this thread's dW_rotᵀ
         for i0, i1 in blocks:
+            n = i1 - i0
             windows.fill(i0, i1)
-            for m in range(i1 - i0):
-                B_rows = windows.kernel_rows(m)
-                for r0, r in pieces:
-                    dXm = d0 + ((i0 + m) * rows + r0) * Ci * size
-                    Xm = x0 + ((i0 + m) * rows + r0) * Ci * size
-                    for i, B in enumerate(B_rows):
-                        B = B + r0 * K * size
-                        beta = 1.0 if i else 0.0  # dX = Σ_i B_i W_rot,i
-                        args = (r, Ci, K, 1.0, B, K, Wi[i], Ci, beta, dXm, Ci)
-                        cblas(order, plain, plain, *args)
-                        args = (K, Ci, r, 1.0, B, K, Xm, Ci, 1.0, Gi[i], Ci)
-                        cblas(order, trans, plain, *args)  # G_i += B_iᵀ X
+            B = windows.kernel_rows(n)
+            for m in range(n):  # dX = Σ_i B_i W_rot,i
+                for lo, size, count in groups:
+                    hi = lo + size * count
+                    out = np.reshape(dX[i0 + m, lo:hi], (count, size, Ci))
+                    _summed_products(B[m, :, lo:hi], W_rot, T, out, count)
+            for lo, size, count in groups:  # G_i += Σ B_iᵀ X, the block's images
+                hi = lo + size * count
+                Bt = np.reshape(B[:, :, lo:hi], (n, kh, count, size, K))
+                Xt = np.reshape(Xr[i0:i1, lo:hi], (n, 1, count, size, Ci))
+                Pt = P[:n, :, :count]
+                np.matmul(np.swapaxes(Bt, -1, -2), Xt, out=Pt)
+                G += np.sum(Pt, axis=(0, 2))
         return G
 
     parts = _map_image_groups(task, N, _row_window_bytes(dZ, kw, pad), scratch, xp=xp)
