@@ -721,7 +721,8 @@ def test_conv_kernel_row_split_equals_the_window_matrix(
     monkeypatch, dtype, one_thread, kernel, padding, bias, small_product
 ):
     """The kernel-row split (stride 1 on NumPy: each image's row windows and
-    k_h products summed in place by NumPy's OpenBLAS) gives the forward and
+    k_h products, summed in place by NumPy's OpenBLAS in the forward, made
+    as stacks of NumPy matmul and summed in the backward) gives the forward and
     the fused backward of the window-matrix path and of the portable
     whole-batch paths, over blocks of one image on one and on two threads,
     for square, uneven and 1 x 1 kernels, with and without bias and padding,
