@@ -479,8 +479,7 @@ class Gemm:
         few even pieces as keep each within :attr:`small_product`; one piece
         where this OpenBLAS has no such bound (None)."""
         bound = self.small_product
-        count = 1 if bound is None else min(max(m, 1), -(-m * n * k // bound))
-        count = max(count, 1)
+        count = 1 if bound is None else max(1, min(m, -(-m * n * k // bound)))
         cuts = [p * m // count for p in range(count + 1)]
         return [(lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
 
