@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from xpml.utils.validation import (
+    _encode_by_counting,
     check_array,
     check_consistent_length,
     check_random_state,
@@ -62,6 +63,39 @@ def test_encode_labels(xp):
         encode_labels(xp.asarray(np.array([1, 1, 1])))
     s_classes, s_codes = encode_labels(np.array(["b", "a", "b"]))
     assert s_classes.tolist() == ["a", "b"] and s_codes.tolist() == [1, 0, 1]
+
+
+_LABEL_SETS = {
+    "binary": (np.array([0, 1]), True),
+    "gaps and negatives": (np.array([-7, -3, 0, 2, 40]), True),
+    "int8 extremes": (np.array([-128, 0, 127], dtype=np.int8), True),
+    "uint8": (np.array([3, 200, 255], dtype=np.uint8), True),
+    "integral floats": (np.array([-2.0, 0.0, 5.0]), True),
+    "float32": (np.array([1.0, 4.0, 9.0], dtype=np.float32), True),
+    "uint64 beyond int64": (np.array([0, 2**63 + 5], dtype=np.uint64), False),
+    "floats beyond 2**53": (np.array([2.0**60, 2.0**60 + 2**10]), False),
+    "wide span": (np.array([0, 10**9]), False),
+}
+
+
+@pytest.mark.parametrize("labels", list(_LABEL_SETS), ids=list(_LABEL_SETS))
+def test_encode_labels_by_counting_matches_unique(labels, xp):
+    """The O(n) count over a narrow range of integer labels (NumPy) gives
+    np.unique's classes and codes; wide ranges and values beyond exact int64
+    / float arithmetic take the sort; every library gives the same codes."""
+    values, counted = _LABEL_SETS[labels]
+    rng = np.random.default_rng(0)
+    y = values[rng.integers(0, len(values), size=300)]
+    y[: len(values)] = values  # every value present
+    expected_classes, expected_codes = np.unique(y, return_inverse=True)
+    assert (_encode_by_counting(y) is not None) == counted
+    yb = xp.asarray(y)
+    classes, codes = encode_labels(yb)
+    np.testing.assert_array_equal(xp.to_numpy(classes), expected_classes)
+    assert xp.to_numpy(classes).dtype == y.dtype
+    np.testing.assert_array_equal(xp.to_numpy(codes), expected_codes)
+    assert xp.to_numpy(codes).dtype == np.int64
+    np.testing.assert_array_equal(xp.to_numpy(yb), y)  # the input unchanged
 
 
 def test_sample_weight(xp):
