@@ -130,10 +130,11 @@ def prepare_heap() -> dict | None:
     after it, marks 48 MB of whole huge pages ``MADV_HUGEPAGE`` and frees
     both untouched but for the part below the first 2 MB boundary, which
     stays allocated: the heap's first 48 MB of new temporaries fault in 2 MB
-    at a time (but for one huge page: :func:`_mark_block`). Nothing is fixed: glibc's own
-    rules stay in force, and a setting made by :func:`keep_freed_memory`,
-    ``mallopt`` or ``GLIBC_TUNABLES`` is left as it is (the second block then
-    comes from wherever glibc puts it, and the mark costs nothing).
+    at a time (but for one huge page: :func:`_mark_block`). Nothing is
+    fixed: glibc's own rules stay in force, and a setting made by
+    :func:`keep_freed_memory`, ``mallopt`` or ``GLIBC_TUNABLES`` is left as
+    it is (the second block then comes from wherever glibc puts it, and the
+    mark costs nothing).
 
     xpml calls this at every public call (:func:`xpml._backend.enter`, and
     :func:`xpml.nn._base.call_namespace` for the layers and losses); only the
