@@ -6,10 +6,11 @@ library left running (PyTorch's OpenMP threads spin after its call). Then
 xpml's parts on their own: the forward, the stride-1 backward, and the
 pieces of work they are made of on NumPy at the block sizes the layer uses:
 the kernel-row split's row-window copies and products (what this layer
-runs since session 16), and the window matrix's copies and products (each product timed as a call of its own, in
-the layer's pieces of rows; since session 21 the layer's backward makes
-them in batches, one NumPy ``matmul`` per block). Same case as ``xpml bench nn``:
-64 images of 28 x 28, 16 -> 32 channels, 3 x 3, padding 1.
+runs since session 16; each product timed as a CBLAS call of its own, in
+the layer's pieces of rows, where since session 21 the layer's backward
+makes them in batches, one NumPy ``matmul`` per stack), and the window
+matrix's copies and products. Same case as ``xpml bench nn``: 64 images of
+28 x 28, 16 -> 32 channels, 3 x 3, padding 1.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv_breakdown.py
 """
