@@ -511,7 +511,7 @@ def test_glibc_functions_are_found():
 
 # ------------------------------------ prepare_thread_heap (the pools' threads)
 
-# a worker thread's own page faults for its first 12 x 1 MB, in a pool made
+# a worker thread's own page faults for its first 15 x 1 MB, in a pool made
 # by xpml.linalg.thread_pool ("xpml") or a plain ThreadPoolExecutor
 _WORKER_ROUND = """
 import resource, sys
@@ -523,7 +523,7 @@ prepare_heap()
 
 def first_round():
     f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-    blocks = [np.ones(1 << 17) for _ in range(12)]  # every page written
+    blocks = [np.ones(1 << 17) for _ in range(15)]  # every page written
     del blocks
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0
 
@@ -542,12 +542,15 @@ with pool:
     reason="glibc's malloc, transparent huge pages only on advice, RUSAGE_THREAD",
 )
 def test_a_pool_thread_faults_in_huge_pages():
-    """A worker's first 12 MB come from its own arena: 3,072 faults of 4 KB
-    pages in a plain pool's thread, a few hundred at most in thread_pool's
-    (whose threads marked their arena first)."""
+    """A worker's first 15 MB come from its own arena: 3,840 faults of 4 KB
+    pages in a plain pool's thread, 7 here in thread_pool's (whose threads
+    marked their arena first), where the kernel frees emptied page tables;
+    264 before session 23 (the huge page of the header glibc wrote past the
+    arena's first block took 4 KB pages), and up to that elsewhere."""
     plain = int(_run_script(_WORKER_ROUND, "plain"))
     ours = int(_run_script(_WORKER_ROUND, "xpml"))
-    assert plain > 2500 and ours < 1000, (plain, ours)
+    bound = 100 if _emptied_page_tables_freed() else 1000
+    assert plain > 3000 and ours < bound, (plain, ours)
 
 
 def test_prepare_thread_heap_marks_one_block(monkeypatch):
