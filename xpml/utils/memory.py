@@ -257,7 +257,7 @@ def _grow_over_top(libc, block, first, rest):
     if (
         dontneed is not None
         and block <= page
-        and page + _HUGE_PAGE <= grown + first + rest
+        and page + _HUGE_PAGE <= block + first + rest
     ):
         libc.madvise(page, _HUGE_PAGE, dontneed)
     return block, first + rest

@@ -584,6 +584,8 @@ def _encode_by_counting(y):
     integer labels, or integral float labels below 2**53 in magnitude, whose
     values span at most about twice their number: one count over the range
     (``bincount``) instead of a sort, O(n). None when ``y`` is not such.
+    Float labels must already be checked finite and integral (as
+    :func:`encode_labels` does before it calls this): they are truncated.
 
     100,000 binary labels (session 22): 0.2-0.3 ms against 1.2 ms for
     ``np.unique``'s sort (3.4 ms at a fresh process's first call)."""
