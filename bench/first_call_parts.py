@@ -1,8 +1,10 @@
 """What a call of a few milliseconds spends at its first call (issue 16).
 
-Two bench cases stay over 1.2x their warm median at their first call in a
-fresh process: tree predict (20,000 x 20) and SVC.decision_function at
-n = 2,000. Here each is timed in new interpreters (model and data loaded
+Three bench cases stay over 1.2x their warm median at their first call in
+a fresh process: tree predict (20,000 x 20), SVC.decision_function at
+n = 2,000 and Conv2D's forward and backward (64 images, float32, the
+``fold`` input gradient, default threads: its worker thread is started at
+the first call). Here each is timed in new interpreters (model and data loaded
 from a pickle, not timed; before each, 1 GiB touched and freed as ``xpml
 bench`` does) after one of these untimed steps, the variants taking turns:
 
@@ -16,14 +18,19 @@ bench`` does) after one of these untimed steps, the variants taking turns:
     buffers will take are then faulted in already);
 ``+ one product``
     and then one BLAS product, 600 x d by d x 400 (about one block of
-    SVC.decision_function's; OpenBLAS's own buffers mapped and touched);
+    SVC.decision_function's; OpenBLAS's own buffers mapped and touched; for
+    the layer, its 64 images flattened, 64 x 12,544 by 12,544 x 64);
 ``5-row call``
     the same method on 5 rows of the input first (every line of the call's
     code run once, the process's one-time set-up done, little memory
     touched);
 ``20 ms pause``
     nothing but a 20 ms sleep (what ``xpml bench``'s spawned processes
-    waited before their timed call until session 20).
+    waited before their timed call until session 20);
+``heap left alone``
+    nothing, in a process with ``XPML_PREPARE_HEAP=0`` (the first call
+    does not prepare the heap: what :func:`~xpml.utils.memory.prepare_heap`
+    costs a call that has no large temporaries).
 
 The timed call follows the step at once (until session 20 after a 0.1 s
 sleep, which made every variant's first call slower); the product of ``+ one
@@ -56,6 +63,7 @@ VARIANTS = (
     "+ one product",
     "5-row call",
     "20 ms pause",
+    "heap left alone",
 )
 
 
@@ -83,9 +91,35 @@ def _svc_case():
     return {"model": svc, "X": X, "method": "decision_function", "blas": 1}
 
 
+class _LayerStep:
+    """A layer's forward and backward as one call on ``X`` (picklable); the
+    output gradient's first ``len(X)`` images go back."""
+
+    def __init__(self, layer, dZ):
+        self.layer, self.dZ = layer, dZ
+
+    def step(self, X):
+        self.layer.forward(X)
+        return self.layer.backward(self.dZ[: X.shape[0]])
+
+
+def _conv_case():
+    import numpy as np
+
+    from xpml.nn import Conv2D
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 28, 28, 16)).astype(np.float32)
+    dZ = rng.standard_normal((64, 28, 28, 32)).astype(np.float32)
+    conv = Conv2D(32, 3, padding=1, input_grad="fold", random_state=0)
+    conv.forward(X)  # the parameters, as the bench builds them
+    return {"model": _LayerStep(conv, dZ), "X": X, "method": "step", "blas": None}
+
+
 CASES = {
     "tree predict 20k": _tree_case,
     "SVC.decision_function 2k": _svc_case,
+    "Conv2D fold f32 64 images": _conv_case,
 }
 
 
@@ -98,7 +132,7 @@ def _before(variant, case):
     if variant == "5-row call":
         getattr(case["model"], case["method"])(case["X"][:5])
         return
-    if variant == "nothing":
+    if variant in ("nothing", "heap left alone"):
         return
     if variant == "20 ms pause":
         time.sleep(0.02)
@@ -110,7 +144,7 @@ def _before(variant, case):
     if variant == "+ one product":
         from threadpoolctl import threadpool_limits
 
-        X = case["X"]
+        X = np.reshape(case["X"], (case["X"].shape[0], -1))
         with threadpool_limits(1, user_api="blas"):  # no worker left spinning
             np.matmul(X[:600], X[:400].T)
 
@@ -144,7 +178,10 @@ def _run(path, variant):
 
     prefault(1024)
     cmd = [sys.executable, __file__, "--child", path, variant]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    env = dict(os.environ)
+    if variant == "heap left alone":
+        env["XPML_PREPARE_HEAP"] = "0"
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
