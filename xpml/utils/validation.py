@@ -594,14 +594,11 @@ def _encode_by_counting(y):
     if n == 0 or kind not in "iuf":
         return None
     lo, hi = y.min(), y.max()
-    if kind == "f":
-        if not max(abs(float(lo)), abs(float(hi))) < 2.0**53:
-            return None
-        lo, hi = int(lo), int(hi)
-    else:
-        lo, hi = int(lo), int(hi)
-        if hi >= 2**63:  # uint64 beyond int64: the sort handles it
-            return None
+    if kind == "f" and not max(abs(float(lo)), abs(float(hi))) < 2.0**53:
+        return None
+    lo, hi = int(lo), int(hi)
+    if hi >= 2**63:  # uint64 beyond int64: the sort handles it
+        return None
     span = hi - lo
     if span > _COUNT_SPAN_PER_LABEL * n + _COUNT_SPAN_MIN:
         return None
