@@ -1,12 +1,24 @@
 """What a call of a few milliseconds spends at its first call (issue 16).
 
-Three bench cases stay over 1.2x their warm median at their first call in
-a fresh process: tree predict (20,000 x 20), SVC.decision_function at
-n = 2,000 and Conv2D's forward and backward (64 images, float32, the
-``fold`` input gradient, default threads: its worker thread is started at
-the first call). Here each is timed in new interpreters (model and data loaded
-from a pickle, not timed; before each, 1 GiB touched and freed as ``xpml
-bench`` does) after one of these untimed steps, the variants taking turns:
+Four bench cases stay over 1.2x their warm median at their first call in
+a fresh process in most full runs: tree predict (20,000 x 20),
+SVC.decision_function at n = 2,000, Conv2D's forward and backward (64
+images, float32, the ``fold`` input gradient, default threads: its worker
+thread is started at the first call) and the RBF Gram matrix at 2,000 x 20.
+Three of them also come as a *plain NumPy* twin (session 25): the same
+computation in a few lines of NumPy with no xpml code in it (no validation,
+dispatch or heap preparation), checked against the xpml or scikit-learn
+result when the case is built. The tree twin walks scikit-learn's tree of
+the same data one level at a time over all rows; the SVC twin evaluates the
+same support vectors in row blocks of one reused 2 MB buffer; the Gram twin
+is one product of the RBF's augmented factors, clamped and exponentiated in
+place. A twin's first call over its fourth (and the difference in ms) is
+what this machine charges a fresh process for that work; xpml's excess over
+the twin's is what xpml adds.
+
+Each case is timed in new interpreters (model and data loaded from a pickle,
+not timed; before each, 1 GiB touched and freed as ``xpml bench`` does)
+after one of these untimed steps, the variants taking turns:
 
 ``nothing``
     as ``xpml bench`` times it;
@@ -37,8 +49,10 @@ sleep, which made every variant's first call slower); the product of ``+ one
 product`` runs on one BLAS thread, so that no worker spins on after it.
 
 It prints, per case and variant, the medians over ``--repeats`` processes of
-the first call, the fourth, their ratio and the first call's page faults
-(``--out FILE``: the same table, with the machine, written to a file).
+the first call, the fourth, their ratio and difference and the first call's
+page faults (``--out FILE``: the same table, with the machine, written to a
+file). ``--case NAME`` and ``--variant NAME`` (each repeatable) choose a
+subset; by default every case runs every variant.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/first_call_parts.py
 """
@@ -50,6 +64,7 @@ import json
 import os
 import pickle
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -67,14 +82,18 @@ VARIANTS = (
 )
 
 
-def _tree_case():
+def _tree_data():
     from sklearn.datasets import make_classification
 
-    from xpml.tree import DecisionTreeClassifier
-
-    X, y = make_classification(
+    return make_classification(
         n_samples=40_000, n_features=20, n_informative=10, random_state=0
     )
+
+
+def _tree_case():
+    from xpml.tree import DecisionTreeClassifier
+
+    X, y = _tree_data()
     tree = DecisionTreeClassifier().fit(X[:20_000], y[:20_000])
     return {"model": tree, "X": X[20_000:].copy(), "method": "predict", "blas": None}
 
@@ -116,10 +135,150 @@ def _conv_case():
     return {"model": _LayerStep(conv, dZ), "X": X, "method": "step", "blas": None}
 
 
+class _Gram:
+    """``xpml.kernels.gram(X, kernel="rbf", gamma=0.05)`` as a method (picklable;
+    loading it imports xpml, as a script's imports would before the call)."""
+
+    def __init__(self):
+        from xpml.kernels import gram
+
+        self.gram = gram
+
+    def call(self, X):
+        return self.gram(X, kernel="rbf", gamma=0.05)
+
+
+def _gram_case():
+    import numpy as np
+
+    X = np.random.default_rng(0).standard_normal((2_000, 20))
+    return {"model": _Gram(), "X": X, "method": "call", "blas": None}
+
+
+# Plain NumPy twins: the same computation in a few lines of NumPy, with no
+# validation, dispatch or heap preparation. Their first call over their fourth
+# is what the machine charges a fresh process for that much work; xpml's
+# excess over theirs (in ms) is what xpml adds.
+
+
+class _PlainTree:
+    """A fitted tree's arrays walked one level at a time over all rows (leaves
+    point to themselves, so rows that reached one stay there)."""
+
+    def __init__(self, sk_tree):
+        import numpy as np
+
+        t = sk_tree.tree_
+        leaf = t.children_left < 0
+        own = np.arange(t.node_count)
+        self.left = np.where(leaf, own, t.children_left)
+        self.right = np.where(leaf, own, t.children_right)
+        self.feature = np.where(leaf, 0, t.feature)
+        self.threshold = np.where(leaf, np.inf, t.threshold)
+        self.label = sk_tree.classes_[np.argmax(t.value[:, 0, :], axis=1)]
+        self.depth = int(t.max_depth)
+
+    def predict(self, X):
+        import numpy as np
+
+        rows = np.arange(X.shape[0])
+        node = np.zeros(X.shape[0], dtype=np.intp)
+        for _ in range(self.depth):
+            go_left = X[rows, self.feature[node]] <= self.threshold[node]
+            node = np.where(go_left, self.left[node], self.right[node])
+        return self.label[node]
+
+
+def _plain_tree_case():
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y = _tree_data()
+    sk = DecisionTreeClassifier(random_state=0).fit(X[:20_000], y[:20_000])
+    plain, Xt = _PlainTree(sk), X[20_000:].copy()
+    if not (plain.predict(Xt) == sk.predict(Xt)).all():
+        raise AssertionError("the plain walk disagrees with scikit-learn's tree")
+    return {"model": plain, "X": Xt, "method": "predict", "blas": None}
+
+
+def _rbf_factors_np(X, Y, gamma):
+    """RBF exponent factors, ``A @ B.T = -gamma * ||x - y||^2``."""
+    import numpy as np
+
+    sx, sy = (X * X).sum(axis=1), (Y * Y).sum(axis=1)
+    one = np.ones((len(X), 1)), np.ones((len(Y), 1))
+    A = np.concatenate([X, sx[:, None], one[0]], axis=1)
+    B = np.concatenate([2 * gamma * Y, -gamma * one[1], -gamma * sy[:, None]], axis=1)
+    return A, B
+
+
+class _PlainRBFDecision:
+    """``exp(min(0, A @ B.T)) @ w + b`` in row blocks of one reused 2 MB buffer."""
+
+    def __init__(self, svc):
+        import numpy as np
+
+        self.SV = np.asarray(svc.support_vectors_)
+        self.w = np.asarray(svc.dual_coef_)[0]
+        self.b = float(np.asarray(svc.intercept_)[0])
+        self.gamma = svc._gamma
+
+    def decision_function(self, X):
+        import numpy as np
+
+        A, B = _rbf_factors_np(X, self.SV, self.gamma)
+        rows = max(1, (2 << 20) // (8 * len(B)))
+        buf = np.empty((min(rows, len(A)), len(B)))
+        out = np.empty(len(A))
+        for start in range(0, len(A), rows):
+            stop = min(start + rows, len(A))
+            E = np.matmul(A[start:stop], B.T, out=buf[: stop - start])
+            np.exp(np.minimum(E, 0.0, out=E), out=E)
+            np.matmul(E, self.w, out=out[start:stop])
+        return out + self.b
+
+
+def _plain_svc_case():
+    import numpy as np
+
+    case = _svc_case()
+    plain = _PlainRBFDecision(case["model"])
+    ref = np.asarray(case["model"].decision_function(case["X"]))
+    if not np.allclose(plain.decision_function(case["X"]), ref):
+        raise AssertionError("the plain decision function disagrees with SVC's")
+    return {**case, "model": plain}
+
+
+class _PlainGram:
+    """The RBF Gram matrix as one product of the factors, clamped and
+    exponentiated in place."""
+
+    def call(self, X):
+        import numpy as np
+
+        A, B = _rbf_factors_np(X, X, 0.05)
+        E = np.matmul(A, B.T)
+        return np.exp(np.minimum(E, 0.0, out=E), out=E)
+
+
+def _plain_gram_case():
+    import numpy as np
+
+    from xpml.kernels import gram
+
+    case = _gram_case()
+    if not np.allclose(_PlainGram().call(case["X"]), gram(case["X"], gamma=0.05)):
+        raise AssertionError("the plain Gram matrix disagrees with xpml's")
+    return {**case, "model": _PlainGram()}
+
+
 CASES = {
     "tree predict 20k": _tree_case,
     "SVC.decision_function 2k": _svc_case,
     "Conv2D fold f32 64 images": _conv_case,
+    "Gram 2k": _gram_case,
+    "tree predict 20k, plain NumPy": _plain_tree_case,
+    "SVC.decision_function 2k, plain NumPy": _plain_svc_case,
+    "Gram 2k, plain NumPy": _plain_gram_case,
 }
 
 
@@ -189,6 +348,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--out", help="markdown file for the table")
+    ap.add_argument(
+        "--case", action="append", choices=list(CASES), help="only these (repeatable)"
+    )
+    ap.add_argument(
+        "--variant", action="append", choices=VARIANTS, help="only these (repeatable)"
+    )
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -202,29 +367,32 @@ def main(argv=None):
         "",
         f"Machine: {machine}",
         "",
-        f"`python bench/first_call_parts.py --repeats {args.repeats}`: medians over "
+        f"`python bench/first_call_parts.py {shlex.join(argv or sys.argv[1:])}`: "
+        f"medians over "
         f"{args.repeats} fresh processes per variant (see the script's docstring).",
         "",
-        "| case | before the call | 1st (ms) | 4th (ms) | 1st / 4th | faults 1st |",
-        "|---|---|---:|---:|---:|---:|",
+        "| case | before the call | 1st (ms) | 4th (ms) | 1st / 4th | 1st - 4th (ms) "
+        "| faults 1st |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     print("\n".join(lines[-2:]), flush=True)
+    variants = args.variant or VARIANTS
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make in CASES.items():
+        for name in args.case or CASES:
             path = os.path.join(tmp, "case.pkl")
             with open(path, "wb") as fh:
-                pickle.dump(make(), fh)
-            runs = {v: [] for v in VARIANTS}
+                pickle.dump(CASES[name](), fh)
+            runs = {v: [] for v in variants}
             for _ in range(args.repeats):
-                for v in VARIANTS:
+                for v in variants:
                     runs[v].append(_run(path, v))
-            for v in VARIANTS:
+            for v in variants:
                 first = statistics.median(r[0][0] for r in runs[v])
                 last = statistics.median(r[-1][0] for r in runs[v])
                 faults = statistics.median(r[0][1] for r in runs[v])
                 lines.append(
                     f"| {name} | {v} | {first:.2f} | {last:.2f} "
-                    f"| {first / last:.2f} | {faults:.0f} |"
+                    f"| {first / last:.2f} | {first - last:.2f} | {faults:.0f} |"
                 )
                 print(lines[-1], flush=True)
     if args.out:
