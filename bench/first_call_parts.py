@@ -204,10 +204,9 @@ def _rbf_factors_np(X, Y, gamma):
     """RBF exponent factors, ``A @ B.T = -gamma * ||x - y||^2``."""
     import numpy as np
 
-    sx, sy = (X * X).sum(axis=1), (Y * Y).sum(axis=1)
-    one = np.ones((len(X), 1)), np.ones((len(Y), 1))
-    A = np.concatenate([X, sx[:, None], one[0]], axis=1)
-    B = np.concatenate([2 * gamma * Y, -gamma * one[1], -gamma * sy[:, None]], axis=1)
+    sx, sy = (X * X).sum(axis=1)[:, None], (Y * Y).sum(axis=1)[:, None]
+    A = np.concatenate([X, sx, np.ones_like(sx)], axis=1)
+    B = np.concatenate([2 * gamma * Y, np.full_like(sy, -gamma), -gamma * sy], axis=1)
     return A, B
 
 
